@@ -1,0 +1,49 @@
+# One entry point per task; CI (.ci/run) calls `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXTRAS ?= dev,all
+
+.PHONY: help venv demo test unit integration lint format typecheck bench clean
+
+help: ## List targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv and install agentrt with its extras
+
+demo: $(STAMP) ## Run the offline demo (scripted model, real tools)
+	$(BIN)/agentrt demo
+
+test: $(STAMP) lint ## Lint, type-check and run the whole test suite
+	$(BIN)/python -m pytest -q
+
+unit: $(STAMP) ## Unit tests only
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: $(STAMP) ## Integration tests (PostgreSQL, MariaDB, Redis)
+	$(BIN)/python -m pytest -q tests/integration
+
+lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict on src/
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/mypy src
+
+format: $(STAMP) ## Apply ruff format and fixes
+	$(BIN)/ruff format src tests benchmarks examples
+	$(BIN)/ruff check --fix src tests benchmarks examples
+
+typecheck: $(STAMP) ## mypy --strict on src/
+	$(BIN)/mypy src
+
+bench: $(STAMP) ## Run the benchmarks (tables printed, JSON under benchmarks/results/)
+	$(BIN)/python benchmarks/overhead.py
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

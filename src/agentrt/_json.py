@@ -1,0 +1,78 @@
+"""Fast JSON helpers: orjson when installed, the standard library otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a core dependency, kept optional for odd platforms
+    _orjson = None
+
+__all__ = ["dumps", "dumps_bytes", "jsonable", "loads"]
+
+
+def jsonable(value: Any) -> Any:
+    """Turn dataclasses, pydantic models, enums, tuples and sets into JSON-native values."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict())
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+if _orjson is not None:
+    _OPTS = _orjson.OPT_NON_STR_KEYS
+
+    def dumps_bytes(value: Any) -> bytes:
+        """Serialise to compact UTF-8 JSON bytes."""
+        try:
+            return _orjson.dumps(value, option=_OPTS)
+        except TypeError:
+            pass
+        try:
+            return _orjson.dumps(jsonable(value), option=_OPTS)
+        except TypeError:  # e.g. integers wider than 64 bits
+            return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":")).encode()
+
+    def dumps(value: Any) -> str:
+        """Serialise to a compact JSON string."""
+        return dumps_bytes(value).decode()
+
+    def loads(data: str | bytes | bytearray | memoryview) -> Any:
+        """Parse JSON text."""
+        return _orjson.loads(data)
+
+else:  # pragma: no cover
+
+    def dumps(value: Any) -> str:
+        """Serialise to a compact JSON string."""
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=jsonable)
+
+    def dumps_bytes(value: Any) -> bytes:
+        """Serialise to compact UTF-8 JSON bytes."""
+        return dumps(value).encode()
+
+    def loads(data: str | bytes | bytearray | memoryview) -> Any:
+        """Parse JSON text."""
+        if isinstance(data, memoryview):
+            data = bytes(data)
+        return json.loads(data)

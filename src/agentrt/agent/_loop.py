@@ -1,0 +1,369 @@
+"""The ReAct loop mechanics: prompt, model call, tool calls, checkpoints, interrupts."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentrt import events as ev
+from agentrt.agent._run import Run
+from agentrt.errors import ModelBehaviorError
+from agentrt.message import (
+    META_GENERATE_REASON,
+    GenerateReason,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from agentrt.model._accumulate import ReplyAccumulator
+from agentrt.model.base import GenerateOptions, ModelRequest, ToolSchema
+from agentrt.tool._execution import ToolExecutor
+
+if TYPE_CHECKING:
+    from agentrt.agent.react import ReActAgent
+
+__all__ = ["Chains", "run_call"]
+
+NUDGE = (
+    "Your last reply was empty. Continue the task: either call one of the available tools or answer the user."
+)
+MAX_ITERS_PROMPT = (
+    "You have used all {n} reasoning steps allowed for this request. Do not call any tool. Answer now with the "
+    "best result you can give from what you have so far, and say briefly what remains undone."
+)
+INTERRUPTED_RESULT = "The tool call was interrupted before it finished."
+DANGLING_RESULT = "The tool call did not complete: the previous run stopped before its result was recorded."
+_NONE_CHOICE = GenerateOptions(tool_choice="none")
+
+
+@dataclass(slots=True)
+class Chains:
+    """Middlewares that override each hook, resolved once per agent."""
+
+    call: tuple[Any, ...]
+    reasoning: tuple[Any, ...]
+    model_call: tuple[Any, ...]
+    acting: tuple[Any, ...]
+    system_prompt: tuple[Any, ...]
+
+
+def _chains(agent: ReActAgent) -> Chains:
+    chains = agent._chains
+    if chains is None:
+        mws = agent.middlewares
+        chains = agent._chains = Chains(
+            call=tuple(m for m in mws if m.overrides("on_call")),
+            reasoning=tuple(m for m in mws if m.overrides("on_reasoning")),
+            model_call=tuple(m for m in mws if m.overrides("on_model_call")),
+            acting=tuple(m for m in mws if m.overrides("on_acting")),
+            system_prompt=tuple(m for m in mws if m.overrides("on_system_prompt")),
+        )
+    return chains
+
+
+class _Interrupt(Exception):  # noqa: N818 - internal control flow
+    """Raised inside the loop when the interrupt flag is seen between awaits."""
+
+
+class _Listener:
+    """Turns accumulator progress into stream events with call-unique block ids."""
+
+    __slots__ = ("ids", "run")
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.ids: dict[int, str] = {}
+
+    def _id(self, index: int) -> str:
+        block_id = self.ids.get(index)
+        if block_id is None:
+            block_id = self.ids[index] = self.run.new_block_id()
+        return block_id
+
+    def on_text(self, index: int, delta: str) -> None:
+        self.run.event(ev.TextDelta, block_id=self._id(index), delta=delta)
+
+    def on_thinking(self, index: int, delta: str, signature: str | None) -> None:
+        self.run.event(ev.ThinkingDelta, block_id=self._id(index), delta=delta, signature=signature)
+
+    def on_tool_call(self, index: int, call_id: str, name: str) -> None:
+        self.run.event(ev.ToolCallStarted, block_id=self._id(index), tool_call_id=call_id, name=name)
+
+    def on_tool_delta(self, index: int, call_id: str, delta: str) -> None:
+        self.run.event(ev.ToolCallDelta, block_id=self._id(index), tool_call_id=call_id, delta=delta)
+
+
+# --------------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------------
+async def run_call(agent: ReActAgent, run: Run) -> Msg:
+    """One agent call: middleware `on_call` chain around the loop."""
+    chains = _chains(agent)
+    core: Callable[[], Awaitable[Msg]] = functools.partial(_call_core, agent, run)
+    for mw in reversed(chains.call):
+        core = functools.partial(mw.on_call, run, core)
+    return await core()
+
+
+async def _call_core(agent: ReActAgent, run: Run) -> Msg:
+    await run.load()
+    _repair_dangling(run)
+    if run.input:
+        run.add_messages(*run.input)
+    await run.checkpoint()
+    system = await _system_message(agent, run)
+    tools = agent.toolkit.tools
+    active = frozenset(run.state.active_groups) if run.state.active_groups is not None else None
+    executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
+    try:
+        if run.interrupt_requested:
+            raise _Interrupt
+        return await _loop(agent, run, system, executor)
+    except (asyncio.CancelledError, _Interrupt):
+        task = run.task
+        if not run.interrupt_requested:
+            # Cancelled from outside (a closed stream, a timeout): save what we have, then stop.
+            await asyncio.shield(_save_on_cancel(run))
+            raise
+        if task is not None:
+            while task.cancelling():
+                task.uncancel()
+        return await _finish_interrupted(agent, run)
+
+
+async def _save_on_cancel(run: Run) -> None:
+    _close_dangling(run, INTERRUPTED_RESULT, "interrupted")
+    await run.checkpoint()
+
+
+def _repair_dangling(run: Run) -> None:
+    # A previous run that died between a tool-call reply and its results left calls without
+    # results; providers reject such histories, so record them as not completed.
+    if run.state.pending:
+        return
+    _close_dangling(run, DANGLING_RESULT, "interrupted")
+
+
+def _close_dangling(run: Run, text: str, state: str) -> None:
+    messages = run.state.messages
+    if not messages:
+        return
+    answered: set[str] = set()
+    for msg in reversed(messages):
+        if msg.role == "assistant":
+            calls = msg.tool_calls
+            missing = [c for c in calls if c.id not in answered]
+            if missing:
+                run.add_messages(
+                    Msg(
+                        role="user",
+                        content=[ToolResultBlock(id=c.id, name=c.name, output=text, state=state) for c in missing],  # type: ignore[arg-type]
+                    )
+                )
+            return
+        for block in msg.content:
+            if isinstance(block, ToolResultBlock):
+                answered.add(block.id)
+
+
+async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
+    chain = _chains(agent).system_prompt
+    if not chain:
+        if not agent.sys_prompt:
+            return None
+        msg = agent._system_msg
+        if msg is None or msg.text != agent.sys_prompt:
+            msg = agent._system_msg = Msg.system(agent.sys_prompt)
+        return msg
+    prompt = agent.sys_prompt
+    for mw in chain:
+        prompt = await mw.on_system_prompt(run, prompt)
+    return Msg.system(prompt) if prompt else None
+
+
+# --------------------------------------------------------------------------------------------------
+# the loop
+# --------------------------------------------------------------------------------------------------
+async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
+    nudged = False
+    extra: list[Msg] = []
+    while True:
+        if run.step >= agent.max_iters:
+            return await _wrap_up(agent, run, system, executor)
+        if run.interrupt_requested:
+            raise _Interrupt
+        run.step += 1
+        reply = await _reasoning(agent, run, system, extra, executor, None)
+        calls = reply.tool_calls
+        if not calls:
+            if _is_empty(reply):
+                if nudged:
+                    raise ModelBehaviorError(
+                        f"model {agent.model.id!r} returned an empty reply twice (after a nudge); the input is "
+                        "saved in the session, so the call can be retried"
+                    )
+                nudged = True
+                extra = [Msg.user(NUDGE)]
+                continue
+            final = reply.replace(id=run.reply_id, usage=run.usage)
+            run.add_messages(final)
+            await run.checkpoint()
+            return final
+        extra = []
+        run.add_messages(reply)
+        await run.checkpoint()
+        results = await _acting(agent, run, calls, executor)
+        run.add_messages(Msg(role="user", content=list(results)))
+        await run.checkpoint()
+
+
+def _is_empty(msg: Msg) -> bool:
+    """No answer text and no tool call (thinking alone does not count)."""
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            if block.text.strip():
+                return False
+        elif not isinstance(block, ThinkingBlock):
+            return False
+    return True
+
+
+async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
+    extra = [Msg.user(MAX_ITERS_PROMPT.format(n=agent.max_iters))]
+    reply = await _reasoning(agent, run, system, extra, executor, _NONE_CHOICE)
+    content = [b for b in reply.content if not isinstance(b, ToolUseBlock)]
+    final = reply.replace(
+        id=run.reply_id,
+        content=content,
+        usage=run.usage,
+        metadata={**reply.metadata, META_GENERATE_REASON: GenerateReason.MAX_ITERS.value},
+    )
+    run.add_messages(final)
+    await run.checkpoint()
+    return final
+
+
+# --------------------------------------------------------------------------------------------------
+# reasoning: prompt → model → assistant message
+# --------------------------------------------------------------------------------------------------
+def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
+    state = run.state
+    history = state.messages
+    if state.summary and state.summary_index:
+        history = [Msg.user(f"<summary>\n{state.summary}\n</summary>"), *history[state.summary_index :]]
+    prompt = [system, *history] if system is not None else list(history)
+    if extra:
+        prompt.extend(extra)
+    return prompt
+
+
+def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSchema]:
+    groups = run.state.active_groups
+    return agent.toolkit.schemas(None if groups is None else groups)
+
+
+async def _reasoning(
+    agent: ReActAgent,
+    run: Run,
+    system: Msg | None,
+    extra: list[Msg],
+    executor: ToolExecutor,
+    override: GenerateOptions | None,
+) -> Msg:
+    chains = _chains(agent)
+
+    async def core() -> Msg:
+        options = agent.options.merge(override)
+        request = ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
+        handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
+        for mw in reversed(chains.model_call):
+            handler = _bind_model_mw(mw, run, handler)
+        return await handler(request)
+
+    step: Callable[[], Awaitable[Msg]] = core
+    for mw in reversed(chains.reasoning):
+        step = functools.partial(mw.on_reasoning, run, step)
+    return await step()
+
+
+def _bind_model_mw(
+    mw: Any, run: Run, nxt: Callable[[ModelRequest], Awaitable[Msg]]
+) -> Callable[[ModelRequest], Awaitable[Msg]]:
+    def handler(request: ModelRequest) -> Awaitable[Msg]:
+        return mw.on_model_call(run, request, nxt)  # type: ignore[no-any-return]
+
+    return handler
+
+
+async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg:
+    model = agent.model
+    streaming = run.streaming
+    acc = ReplyAccumulator(_Listener(run) if streaming else None)
+    if streaming:
+        run.event(ev.ModelCallStarted, step=run.step, model=model.model_name)
+    async for chunk in model.stream(request.messages, request.tools, request.options):
+        acc.add(chunk)
+        if run.interrupt_requested:
+            raise _Interrupt
+    msg = acc.message(name=agent.name)
+    if acc.usage is not None:
+        run.add_usage(acc.usage)
+        if streaming:
+            run.event(ev.Usage, usage=acc.usage, model=model.model_name)
+    if streaming:
+        run.event(ev.ModelCallFinished, step=run.step, msg=msg, finish_reason=acc.finish_reason)
+    return msg
+
+
+# --------------------------------------------------------------------------------------------------
+# acting: tool calls → results
+# --------------------------------------------------------------------------------------------------
+async def _acting(agent: ReActAgent, run: Run, calls: list[ToolUseBlock], executor: ToolExecutor) -> list[ToolResultBlock]:
+    chain = _chains(agent).acting
+    runner: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]] = executor.execute
+    for mw in reversed(chain):
+        runner = _bind_acting_mw(mw, run, runner)
+
+    on_result = None
+    if run.streaming:
+
+        async def on_result(result: ToolResultBlock, elapsed: float) -> None:
+            run.event(ev.ToolResult, result=result, elapsed=elapsed)
+
+    return await executor.execute_all(calls, runner, on_result)
+
+
+def _bind_acting_mw(
+    mw: Any, run: Run, nxt: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+) -> Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]:
+    def handler(call: ToolUseBlock) -> Awaitable[ToolResultBlock]:
+        return mw.on_acting(run, call, nxt)  # type: ignore[no-any-return]
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# interrupts
+# --------------------------------------------------------------------------------------------------
+async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
+    _close_dangling(run, INTERRUPTED_RESULT, "interrupted")
+    if run.streaming:
+        run.event(ev.Interrupted, message=run.interrupt_message.text if run.interrupt_message else "")
+    final = Msg(
+        role="assistant",
+        content=[TextBlock(text="(interrupted)")],
+        name=agent.name,
+        id=run.reply_id,
+        usage=run.usage,
+        metadata={META_GENERATE_REASON: GenerateReason.INTERRUPTED.value},
+    )
+    run.add_messages(final)
+    if run.interrupt_message is not None:
+        run.add_messages(run.interrupt_message)
+    await run.checkpoint()
+    return final

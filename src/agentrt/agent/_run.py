@@ -1,0 +1,169 @@
+"""`Run`: the per-call working state of an agent (one instance per call, never shared)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from agentrt import events as ev
+from agentrt.context import RuntimeContext
+from agentrt.errors import StateConflictError
+from agentrt.message import Msg, TokenUsage
+from agentrt.state.base import AgentState, AgentStateStore
+
+if TYPE_CHECKING:
+    from agentrt.agent.base import AgentBase
+
+__all__ = ["Run"]
+
+Emit = Callable[[ev.AgentEvent], None]
+
+
+class Run:
+    """One agent call in flight: context, loaded state, unsaved changes, event emission, interrupt flag.
+
+    Middleware receives it as ``run``: read `ctx`, `state`, `step`, `reply_id`; call `emit` to add
+    custom events to the stream.
+    """
+
+    __slots__ = (
+        "_block_seq",
+        "_dirty",
+        "_unsaved",
+        "agent",
+        "ctx",
+        "emit_fn",
+        "input",
+        "interrupt_message",
+        "interrupt_requested",
+        "options",
+        "output",
+        "reply_id",
+        "session_id",
+        "state",
+        "step",
+        "store",
+        "task",
+        "usage",
+        "user_id",
+    )
+
+    def __init__(
+        self,
+        agent: AgentBase,
+        ctx: RuntimeContext,
+        input: list[Msg],
+        store: AgentStateStore,
+        reply_id: str,
+        emit: Emit | None,
+        output: Any = None,
+    ) -> None:
+        self.agent = agent
+        self.ctx = ctx
+        self.user_id, self.session_id = ctx.key
+        self.input = input
+        self.store = store
+        self.reply_id = reply_id
+        self.emit_fn = emit
+        self.output = output
+        self.options: Any = None
+        self.state: AgentState = AgentState(user_id=self.user_id, session_id=self.session_id)
+        self.step = 0
+        self.usage: TokenUsage | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.interrupt_requested = False
+        self.interrupt_message: Msg | None = None
+        self._unsaved: list[Msg] = []
+        self._dirty: dict[str, Any] | None = None
+        self._block_seq = 0
+
+    # -- events -------------------------------------------------------------------------------------
+    @property
+    def streaming(self) -> bool:
+        """Whether anyone consumes events (False for a plain `call`, which then skips building them)."""
+        return self.emit_fn is not None
+
+    def emit(self, event: ev.AgentEvent) -> None:
+        """Add an event to the stream (no-op when nobody streams)."""
+        if self.emit_fn is not None:
+            self.emit_fn(event)
+
+    def event(self, kind: type[ev.AgentEvent], **fields: Any) -> None:
+        """Build and emit an event of `kind` stamped with this call's ids."""
+        if self.emit_fn is not None:
+            self.emit_fn(kind(reply_id=self.reply_id, session_id=self.session_id, source=self.agent.name, **fields))
+
+    def new_block_id(self) -> str:
+        """A block id unique within this call (and globally, as it embeds the reply id)."""
+        self._block_seq += 1
+        return f"{self.reply_id}-{self._block_seq}"
+
+    def add_usage(self, usage: TokenUsage) -> None:
+        """Count tokens spent in this call."""
+        self.usage = usage if self.usage is None else self.usage + usage
+
+    # -- state ----------------------------------------------------------------------------------------
+    def add_messages(self, *msgs: Msg) -> None:
+        """Append to the transcript; persisted at the next `checkpoint`."""
+        self.state.messages.extend(msgs)
+        self._unsaved.extend(msgs)
+
+    def set_field(self, name: str, value: Any) -> None:
+        """Change a non-message state field; persisted at the next `checkpoint`."""
+        setattr(self.state, name, value)
+        if self._dirty is None:
+            self._dirty = {}
+        self._dirty[name] = value
+
+    @property
+    def has_unsaved(self) -> bool:
+        """Whether changes wait for a checkpoint."""
+        return bool(self._unsaved or self._dirty)
+
+    async def load(self) -> None:
+        """Load the session's state from the store (a new session starts empty)."""
+        loaded = await self.store.load(self.user_id, self.session_id)
+        if loaded is not None:
+            self.state = loaded
+
+    async def checkpoint(self) -> None:
+        """Persist unsaved messages and fields (O(new messages) for incremental stores)."""
+        if not self._unsaved and not self._dirty:
+            return
+        messages, fields = self._unsaved, self._dirty
+        try:
+            revision = await self.store.append(
+                self.user_id, self.session_id, messages, fields=fields, expected_revision=self.state.revision
+            )
+        except StateConflictError:
+            if getattr(self.agent, "conflict_policy", "merge") != "merge":
+                raise
+            revision = await self._merge(messages, fields)
+        self.state.revision = revision
+        self._unsaved = []
+        self._dirty = None
+
+    async def _merge(self, messages: list[Msg], fields: dict[str, Any] | None) -> int:
+        # Another writer got in first: re-read, then append our messages after theirs.
+        for _ in range(5):
+            latest = await self.store.load(self.user_id, self.session_id)
+            base = 0 if latest is None else latest.revision
+            try:
+                revision = await self.store.append(
+                    self.user_id, self.session_id, messages, fields=fields, expected_revision=base
+                )
+            except StateConflictError:
+                continue
+            if latest is not None:
+                latest.messages.extend(messages)
+                for name, value in (fields or {}).items():
+                    setattr(latest, name, value)
+                self.state = latest
+            return revision
+        raise StateConflictError(
+            f"session {self.session_id!r} of user {self.user_id!r} kept changing under this call; gave up after 5 tries"
+        )
+
+    def __repr__(self) -> str:
+        return f"Run(agent={self.agent.name!r}, user={self.user_id!r}, session={self.session_id!r}, step={self.step})"

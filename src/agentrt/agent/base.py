@@ -1,0 +1,212 @@
+"""`AgentBase`: the lifecycle every agent shares (call, stream, observe, interrupt, state access)."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from agentrt import events as ev
+from agentrt.agent._run import Run
+from agentrt.context import RuntimeContext
+from agentrt.errors import UserError
+from agentrt.message import Msg, as_messages, new_id
+from agentrt.state.base import AgentState, AgentStateStore
+
+__all__ = ["AgentBase", "AgentInput"]
+
+AgentInput = str | Msg | Sequence[Msg] | None
+
+_default_store: AgentStateStore | None = None
+_END: Any = object()
+
+
+def default_store() -> AgentStateStore:
+    """The process-wide store used by agents built without one."""
+    global _default_store
+    if _default_store is None:
+        from agentrt.state.stores.memory import InMemoryStateStore
+
+        _default_store = InMemoryStateStore()
+    return _default_store
+
+
+class AgentBase(abc.ABC):
+    """Receive messages, reason, act, reply. Subclasses implement `_execute`.
+
+    One instance serves many users and sessions at once: per-call data lives in a `Run` and per
+    session data in the state store, never on the agent. Calls on one session are serialised
+    (FIFO); calls on different sessions run in parallel.
+    """
+
+    __slots__ = ("__weakref__", "_running", "_store", "description", "lock_timeout", "name")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        state_store: AgentStateStore | None = None,
+        lock_timeout: float | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise UserError(f"agent name must be a non-empty string, not {name!r}")
+        self.name = name
+        self.description = description
+        self._store = state_store
+        self.lock_timeout = lock_timeout
+        self._running: dict[tuple[str, str], Run] | None = None
+
+    # -- configuration ----------------------------------------------------------------------------
+    @property
+    def state_store(self) -> AgentStateStore:
+        """Where this agent keeps session state."""
+        return self._store if self._store is not None else default_store()
+
+    @state_store.setter
+    def state_store(self, store: AgentStateStore) -> None:
+        self._store = store
+
+    @property
+    def has_own_store(self) -> bool:
+        """Whether a store was configured (False: the process-wide default)."""
+        return self._store is not None
+
+    # -- the call -------------------------------------------------------------------------------------
+    async def call(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+        """Run the agent on `input` in the session of `ctx` and return its reply."""
+        run = self._new_run(input, ctx, None, output)
+        return await self._drive(run)
+
+    async def stream_events(
+        self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None
+    ) -> AsyncIterator[ev.AgentEvent]:
+        """Run the agent and yield its events as they happen, ending with `RunFinished`.
+
+        Closing the iterator early (or cancelling its consumer) stops the run, and its state is
+        checkpointed first.
+        """
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        run = self._new_run(input, ctx, queue.put_nowait, output)
+
+        async def produce() -> None:
+            try:
+                await self._drive(run)
+            finally:
+                queue.put_nowait(_END)
+
+        task = asyncio.get_running_loop().create_task(produce())
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                yield item
+            await task  # re-raise the run's exception, if any
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+        """`call` for scripts without an event loop."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.call(input, ctx, output=output))
+        raise UserError(
+            f"{type(self).__name__}.call_sync() cannot run inside a running event loop; use `await agent.call(...)`"
+        )
+
+    async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
+        """Add messages to the session's history without replying."""
+        messages = _as_input(msgs, None)
+        if not messages:
+            return
+        ctx = ctx or RuntimeContext.current() or RuntimeContext()
+        user_id, session_id = ctx.key
+        store = self.state_store
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+            run = Run(self, ctx, messages, store, new_id(), None)
+            await run.load()
+            run.add_messages(*messages)
+            await run.checkpoint()
+
+    def interrupt(
+        self, ctx_or_user_id: RuntimeContext | str | None = None, session_id: str | None = None, msg: Msg | str | None = None
+    ) -> bool:
+        """Interrupt the call running on one session; True if one was running.
+
+        The model stream and running tools are cancelled, dangling tool calls get "interrupted"
+        results, `msg` (if given) is added to the history, and the call returns a reply with
+        `GenerateReason.INTERRUPTED`.
+        """
+        if isinstance(ctx_or_user_id, RuntimeContext):
+            key = ctx_or_user_id.key
+        else:
+            key = RuntimeContext(ctx_or_user_id, session_id).key
+        run = (self._running or {}).get(key)
+        if run is None:
+            return False
+        if isinstance(msg, str):
+            msg = Msg.user(msg)
+        run.interrupt_requested = True
+        run.interrupt_message = msg
+        if run.task is not None and not run.task.done():
+            run.task.cancel(msg="agentrt-interrupt")
+        return True
+
+    async def get_state(self, user_id: str | None = None, session_id: str | None = None) -> AgentState:
+        """The stored state of a session (empty if it does not exist)."""
+        uid, sid = RuntimeContext(user_id, session_id).key
+        state = await self.state_store.load(uid, sid)
+        return state if state is not None else AgentState(user_id=uid, session_id=sid)
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _new_run(self, input: AgentInput, ctx: RuntimeContext | None, emit: Any, output: Any) -> Run:
+        if ctx is not None and not isinstance(ctx, RuntimeContext):
+            raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
+        messages = _as_input(input, None)
+        return Run(self, ctx or RuntimeContext(), messages, self.state_store, new_id(), emit, output)
+
+    async def _drive(self, run: Run) -> Msg:
+        store = run.store
+        async with store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout):
+            running = self._running
+            if running is None:
+                running = self._running = {}
+            key = (run.user_id, run.session_id)
+            running[key] = run
+            run.task = asyncio.current_task()
+            try:
+                with run.ctx.bind():
+                    if run.streaming:
+                        run.event(ev.RunStarted, input=run.input, user_id=run.user_id)
+                    msg = await self._execute(run)
+                    if run.streaming:
+                        run.event(ev.RunFinished, msg=msg)
+                    return msg
+            except Exception as exc:
+                if run.streaming:
+                    run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
+                raise
+            finally:
+                if running.get(key) is run:
+                    del running[key]
+
+    @abc.abstractmethod
+    async def _execute(self, run: Run) -> Msg:
+        """Do the work of one call (state loading and checkpoints included) and return the reply."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+def _as_input(value: Any, name: str | None) -> list[Msg]:
+    try:
+        return as_messages(value, name=name)
+    except TypeError as exc:
+        raise UserError(f"agent input: {exc}") from None

@@ -1,0 +1,121 @@
+"""`ReActAgent`: reason with a model, act with tools, repeat until the model answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from agentrt.agent import _loop
+from agentrt.agent._run import Run
+from agentrt.agent.base import AgentBase
+from agentrt.errors import UserError
+from agentrt.message import Msg
+from agentrt.middleware.base import Middleware
+from agentrt.model.base import DEFAULT_OPTIONS, ChatModel, GenerateOptions
+from agentrt.state.base import AgentStateStore
+from agentrt.tool.toolkit import Toolkit
+
+__all__ = ["ReActAgent"]
+
+_EMPTY_TOOLKIT = Toolkit()
+
+
+class ReActAgent(AgentBase):
+    """The reason-act agent.
+
+    Each call loads the session's state, appends the input, then loops: call the model with the
+    system prompt, the history and the tool schemas; if the reply asks for tools, run them
+    (concurrency-safe calls of one turn in parallel) and loop again; otherwise the reply is the
+    answer. State is checkpointed after every model reply and every batch of tool results. After
+    `max_iters` model calls a final tool-free call asks the model to wrap up (reason
+    `MAX_ITERS`).
+
+    Args:
+        name: The agent's name (also the `name` of its messages and the `source` of its events).
+        sys_prompt: The system prompt.
+        model: A `ChatModel`, or an id like ``"openai:gpt-4o-mini"`` resolved on first use.
+        toolkit: The tools the agent may call.
+        middlewares: Hooks around calls, steps, model calls and tool calls (first = outermost).
+        state_store: Where sessions live; the process-wide default store when None.
+        permission: A `PermissionMode` or `PermissionContext` gating tool calls.
+        max_iters: Most reasoning steps (model calls) per call.
+        options: Default `GenerateOptions` for every model call.
+        description: What the agent does (used when it serves as a tool of another agent).
+        lock_timeout: Seconds to wait for a busy session before `SessionBusyError`; None waits.
+        conflict_policy: On a concurrent write to the session: ``"merge"`` re-reads and appends
+            after the other writer, ``"fail"`` raises `StateConflictError`.
+    """
+
+    __slots__ = (
+        "_chains",
+        "_model",
+        "_system_msg",
+        "conflict_policy",
+        "max_iters",
+        "middlewares",
+        "options",
+        "permission",
+        "sys_prompt",
+        "toolkit",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        sys_prompt: str = "",
+        model: ChatModel | str | None = None,
+        toolkit: Toolkit | None = None,
+        middlewares: Sequence[Middleware] = (),
+        state_store: AgentStateStore | None = None,
+        permission: Any = None,
+        max_iters: int = 10,
+        *,
+        options: GenerateOptions | None = None,
+        description: str = "",
+        lock_timeout: float | None = None,
+        conflict_policy: Literal["merge", "fail"] = "merge",
+    ) -> None:
+        super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
+        if model is None:
+            raise UserError(
+                f"ReActAgent {name!r} needs a model: a ChatModel instance, an id like 'openai:gpt-4o-mini', "
+                "or ScriptedModel([...]) for tests"
+            )
+        if not isinstance(model, (ChatModel, str)):
+            raise UserError(f"model must be a ChatModel or a 'provider:model' string, not {type(model).__name__!r}")
+        if not isinstance(max_iters, int) or max_iters < 1:
+            raise UserError(f"max_iters must be a positive integer, not {max_iters!r}")
+        if toolkit is not None and not isinstance(toolkit, Toolkit):
+            raise UserError(f"toolkit must be a Toolkit, not {type(toolkit).__name__!r}")
+        if conflict_policy not in ("merge", "fail"):
+            raise UserError(f"conflict_policy must be 'merge' or 'fail', not {conflict_policy!r}")
+        for mw in middlewares:
+            if not isinstance(mw, Middleware):
+                raise UserError(f"middlewares must be Middleware instances, not {type(mw).__name__!r}")
+        self.sys_prompt = sys_prompt
+        self._model = model
+        self.toolkit = toolkit if toolkit is not None else _EMPTY_TOOLKIT
+        self.middlewares = tuple(middlewares)
+        self.permission = permission
+        self.max_iters = max_iters
+        self.options = options if options is not None else DEFAULT_OPTIONS
+        self.conflict_policy = conflict_policy
+        self._chains: _loop.Chains | None = None
+        self._system_msg: Msg | None = None
+
+    @property
+    def model(self) -> ChatModel:
+        """The chat model (an id given at construction is resolved here, once)."""
+        model = self._model
+        if isinstance(model, str):
+            from agentrt.model.registry import model_from_id
+
+            model = self._model = model_from_id(model)
+        return model
+
+    @model.setter
+    def model(self, model: ChatModel | str) -> None:
+        self._model = model
+
+    async def _execute(self, run: Run) -> Msg:
+        return await _loop.run_call(self, run)

@@ -1,0 +1,170 @@
+"""The agentrt exception hierarchy.
+
+Errors are split by who has to act on them::
+
+    AgentrtError
+    ├── UserError                      the application developer misused the API
+    │   └── ToolDefinitionError        a function cannot become a tool (also a ToolError)
+    ├── ModelError                     the model or its provider failed
+    │   ├── ModelAPIError              the provider answered with an error status
+    │   │   ├── RateLimitError         429; carries retry_after
+    │   │   ├── AuthenticationError    401 / 403
+    │   │   └── ContextWindowExceededError
+    │   ├── ModelTimeoutError
+    │   ├── ModelConnectionError
+    │   ├── ModelBehaviorError         the model produced something unusable (garbage chunks,
+    │   │                              empty replies)
+    │   └── UnexpectedModelCallError   a ScriptedModel ran out of steps
+    ├── ToolError                      a tool could not be registered or found
+    │   ├── ToolDefinitionError
+    │   ├── DuplicateToolError
+    │   └── ToolArgumentsError         arguments failed validation (sent back to the model)
+    └── StateStoreError                the state store failed
+        ├── StateConflictError         a write raced another writer (stale revision)
+        └── SessionBusyError           the session lock could not be acquired in time
+
+`ToolRetry` is not an error of the runtime: a tool raises it to send a message back to the
+model (the run continues), so it sits outside the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentrtError",
+    "AuthenticationError",
+    "ContextWindowExceededError",
+    "DuplicateToolError",
+    "ModelAPIError",
+    "ModelBehaviorError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelTimeoutError",
+    "RateLimitError",
+    "SessionBusyError",
+    "StateConflictError",
+    "StateStoreError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolRetry",
+    "UnexpectedModelCallError",
+    "UserError",
+]
+
+
+class AgentrtError(Exception):
+    """Root of every error agentrt raises on purpose."""
+
+
+class UserError(AgentrtError):
+    """The application developer used the API in a way that cannot work; the message says how to fix it."""
+
+
+class ModelError(AgentrtError):
+    """A model call failed."""
+
+
+class ModelAPIError(ModelError):
+    """The provider answered with an error status."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: Any = None,
+        model: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.model = model
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_api_error,
+            (type(self), str(self), self.status, self.body, self.model, self.retry_after),
+        )
+
+
+def _rebuild_api_error(
+    cls: type[ModelAPIError],
+    message: str,
+    status: int | None,
+    body: Any,
+    model: str | None,
+    retry_after: float | None,
+) -> ModelAPIError:
+    return cls(message, status=status, body=body, model=model, retry_after=retry_after)
+
+
+class RateLimitError(ModelAPIError):
+    """The provider rate-limited the request (HTTP 429)."""
+
+
+class AuthenticationError(ModelAPIError):
+    """The provider rejected the credentials (HTTP 401 or 403)."""
+
+
+class ContextWindowExceededError(ModelAPIError):
+    """The prompt does not fit the model's context window."""
+
+
+class ModelTimeoutError(ModelError):
+    """The model did not answer, or stopped streaming, within the timeout."""
+
+
+class ModelConnectionError(ModelError):
+    """The provider could not be reached."""
+
+
+class ModelBehaviorError(ModelError):
+    """The model produced output the runtime cannot use (malformed chunks, empty replies)."""
+
+
+class UnexpectedModelCallError(ModelError):
+    """A `ScriptedModel` was called more times than it has steps."""
+
+
+class ToolError(AgentrtError):
+    """A tool could not be registered, found or described."""
+
+
+class ToolDefinitionError(ToolError, UserError):
+    """A function cannot be turned into a tool; the message names the offending parameter."""
+
+
+class DuplicateToolError(ToolError, UserError):
+    """A tool with this name is already registered."""
+
+
+class ToolArgumentsError(ToolError):
+    """Tool arguments failed validation; the message names each bad field and is shown to the model."""
+
+    def __init__(self, message: str, *, errors: list[dict[str, object]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class StateStoreError(AgentrtError):
+    """The state store failed to load or save a session."""
+
+
+class StateConflictError(StateStoreError):
+    """A write carried a stale revision: another writer changed the session first."""
+
+
+class SessionBusyError(StateStoreError):
+    """The session lock could not be acquired within the wait timeout."""
+
+
+class ToolRetry(Exception):  # noqa: N818 - a signal, not an error of the runtime
+    """Raised by a tool to send `message` back to the model as an error result; the run goes on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

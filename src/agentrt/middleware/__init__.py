@@ -1,0 +1,5 @@
+"""Middleware base class and built-in middlewares."""
+
+from agentrt.middleware.base import Middleware
+
+__all__ = ["Middleware"]

@@ -1,0 +1,174 @@
+"""The model protocol: what every chat model adapter implements and what the agent loop consumes."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar, Literal
+
+from agentrt.message import ContentBlock, Msg, TokenUsage
+
+__all__ = [
+    "ChatModel",
+    "ChatResponse",
+    "GenerateOptions",
+    "ModelRequest",
+    "ToolCallChunk",
+    "ToolSchema",
+]
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "error"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSchema:
+    """A tool as the model sees it: name, description and JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    strict: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The neutral JSON form."""
+        return {"name": self.name, "description": self.description, "parameters": dict(self.parameters)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateOptions:
+    """Generation settings shared by providers. `None` means "the provider's default".
+
+    Provider-specific settings go in `extra` as ``{"openai_logprobs": True}``-style keys (each
+    adapter reads its own prefix and passes unknown keys through where the API allows).
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: Sequence[str] | None = None
+    seed: int | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    """``"auto"``, ``"none"``, ``"required"`` or ``{"name": tool_name}``."""
+    parallel_tool_calls: bool | None = None
+    response_format: Mapping[str, Any] | None = None
+    """A JSON Schema the reply must follow (structured output), as ``{"name": ..., "schema": ...}``."""
+    timeout: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def merge(self, override: GenerateOptions | None) -> GenerateOptions:
+        """These options with every non-None field of `override` laid over them."""
+        if override is None:
+            return self
+        changes: dict[str, Any] = {}
+        for f in fields(override):
+            value = getattr(override, f.name)
+            if f.name == "extra":
+                if value:
+                    changes["extra"] = {**self.extra, **value}
+            elif value is not None:
+                changes[f.name] = value
+        return replace(self, **changes) if changes else self
+
+
+DEFAULT_OPTIONS = GenerateOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One request to a model: the prompt messages, the tool schemas and the options."""
+
+    messages: list[Msg]
+    tools: list[ToolSchema]
+    options: GenerateOptions = DEFAULT_OPTIONS
+
+    @property
+    def last_user_text(self) -> str:
+        """Text of the last user message holding text (handy in scripted functions)."""
+        for msg in reversed(self.messages):
+            if msg.role == "user" and msg.text:
+                return msg.text
+        return ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallChunk:
+    """A piece of a tool call. Chunks with the same `index` belong to one call.
+
+    The first chunk of a call carries `id` and `name`; `arguments` pieces are concatenated into
+    the JSON arguments. Providers that deliver parsed arguments set `input` instead.
+    """
+
+    index: int = 0
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    input: Mapping[str, Any] | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatResponse:
+    """One streamed chunk of a model reply (a non-streaming reply is a single chunk)."""
+
+    text: str = ""
+    thinking: str = ""
+    thinking_signature: str | None = None
+    tool_calls: Sequence[ToolCallChunk] = ()
+    blocks: Sequence[ContentBlock] = ()
+    """Complete non-text blocks (e.g. generated images) delivered as they are."""
+    usage: TokenUsage | None = None
+    finish_reason: str | None = None
+    raw: Any = None
+    """The provider's own chunk, for debugging; never persisted."""
+
+
+class ChatModel(abc.ABC):
+    """A chat model. Adapters implement `stream`; everything else has a default.
+
+    Capability facts are class attributes so the runtime can decide without a call (e.g. use the
+    text tool protocol when `supports_native_tools` is False).
+    """
+
+    provider: ClassVar[str] = "unknown"
+    supports_native_tools: ClassVar[bool] = True
+    supports_structured_output: ClassVar[bool] = False
+    supports_vision: ClassVar[bool] = False
+    supports_thinking: ClassVar[bool] = False
+
+    model_name: str = "unknown"
+    options: GenerateOptions = DEFAULT_OPTIONS
+
+    @abc.abstractmethod
+    def stream(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> AsyncIterator[ChatResponse]:
+        """Stream the reply to `messages` as chunks."""
+
+    async def generate(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> Msg:
+        """Run the model to completion and return the assistant message."""
+        from agentrt.model._accumulate import ReplyAccumulator
+
+        acc = ReplyAccumulator()
+        async for chunk in self.stream(messages, tools, options):
+            acc.add(chunk)
+        return acc.message(name=None)
+
+    @property
+    def id(self) -> str:
+        """``provider:model``."""
+        return f"{self.provider}:{self.model_name}"
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release connections the model opened (idempotent)."""
+
+    async def __aenter__(self) -> ChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_name!r})"

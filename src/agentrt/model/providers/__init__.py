@@ -1,0 +1,1 @@
+"""Provider adapters, one module each, imported lazily by the registry."""

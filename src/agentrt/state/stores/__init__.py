@@ -1,0 +1,1 @@
+"""State store backends, one module each."""

@@ -1,0 +1,113 @@
+"""InMemoryStateStore: a process-local store for tests, demos and single-process apps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agentrt.errors import StateConflictError, UserError
+from agentrt.message import Msg
+from agentrt.state.base import STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+
+__all__ = ["InMemoryStateStore"]
+
+
+class InMemoryStateStore(BaseStateStore):
+    """Keeps sessions in a dict. Appends are O(new messages); loads copy the message list."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[tuple[str, str], AgentState] = {}
+
+    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+        """The stored state (a copy), or None."""
+        stored = self._sessions.get((user_id, session_id))
+        if stored is None:
+            return None
+        return _copy(stored)
+
+    async def append(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Sequence[Msg],
+        *,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int,
+    ) -> int:
+        """Append messages and set fields if `expected_revision` is current."""
+        key = (user_id, session_id)
+        stored = self._sessions.get(key)
+        current = 0 if stored is None else stored.revision
+        if current != expected_revision:
+            raise StateConflictError(
+                f"session {session_id!r} of user {user_id!r} is at revision {current}, not {expected_revision}"
+            )
+        if stored is None:
+            stored = self._sessions[key] = AgentState(user_id=user_id, session_id=session_id)
+        stored.messages.extend(messages)
+        if fields:
+            for name, value in fields.items():
+                if name not in STATE_FIELDS:
+                    raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
+                setattr(stored, name, _copy_value(value))
+        stored.revision = current + 1
+        stored.updated_at = time.time()
+        return stored.revision
+
+    async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
+        """Replace the session's state."""
+        key = (state.user_id, state.session_id)
+        stored = self._sessions.get(key)
+        current = 0 if stored is None else stored.revision
+        if expected_revision is not None and current != expected_revision:
+            raise StateConflictError(
+                f"session {state.session_id!r} of user {state.user_id!r} is at revision {current}, "
+                f"not {expected_revision}"
+            )
+        new = _copy(state)
+        new.revision = current + 1
+        new.updated_at = time.time()
+        self._sessions[key] = new
+        return new.revision
+
+    async def delete(self, user_id: str, session_id: str) -> bool:
+        """Remove the session."""
+        return self._sessions.pop((user_id, session_id), None) is not None
+
+    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions, newest first."""
+        infos = [
+            SessionInfo(
+                user_id=u,
+                session_id=s,
+                message_count=len(st.messages),
+                revision=st.revision,
+                updated_at=st.updated_at,
+            )
+            for (u, s), st in self._sessions.items()
+            if u == user_id
+        ]
+        infos.sort(key=lambda i: i.updated_at, reverse=True)
+        return infos
+
+
+def _copy_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _copy(state: AgentState) -> AgentState:
+    return replace(
+        state,
+        messages=list(state.messages),
+        rules=list(state.rules),
+        active_groups=None if state.active_groups is None else list(state.active_groups),
+        tool_state=dict(state.tool_state),
+        tasks=list(state.tasks),
+        metadata=dict(state.metadata),
+    )

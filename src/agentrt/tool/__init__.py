@@ -1,0 +1,15 @@
+"""Tools: the `@tool` decorator, `Tool`, `Toolkit` and the execution policy."""
+
+from agentrt.errors import ToolRetry
+from agentrt.tool.base import Tool, tool
+from agentrt.tool.toolkit import ToolGroup, Toolkit
+
+__all__ = ["Inject", "Tool", "ToolGroup", "ToolRetry", "Toolkit", "tool"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "Inject":  # lives with the schema builder, which imports pydantic: load on demand
+        from agentrt.tool._schema import Inject
+
+        return Inject
+    raise AttributeError(f"module 'agentrt.tool' has no attribute {name!r}")

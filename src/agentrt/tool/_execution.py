@@ -1,0 +1,186 @@
+"""Runs tool calls under the execution policy: validation, timeouts, limits, concurrency.
+
+Errors the model can act on (unknown tool, bad arguments, a tool exception or timeout, a call
+limit) become error `ToolResultBlock`s; errors only the developer can fix (`UserError`) and
+cancellation propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from agentrt import _json
+from agentrt.context import RuntimeContext
+from agentrt.errors import ToolArgumentsError, ToolRetry, UserError
+from agentrt.message import (
+    AudioBlock,
+    ContentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    VideoBlock,
+)
+from agentrt.model._accumulate import META_ARGUMENTS_ERROR
+from agentrt.tool.base import Tool
+
+__all__ = ["CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
+
+CallRunner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+_MEDIA = (TextBlock, ImageBlock, AudioBlock, VideoBlock)
+
+
+def error_result(call: ToolUseBlock, message: str, state: str = "error") -> ToolResultBlock:
+    """An error result for `call` carrying `message` for the model."""
+    return ToolResultBlock(id=call.id, name=call.name, output=message, state=state)  # type: ignore[arg-type]
+
+
+def to_result(call: ToolUseBlock, value: Any) -> ToolResultBlock:
+    """Convert whatever a tool returned into a `ToolResultBlock` answering `call`."""
+    if isinstance(value, ToolResultBlock):
+        if value.id == call.id and value.name == call.name:
+            return value
+        return dataclasses.replace(value, id=call.id, name=call.name)
+    if isinstance(value, str):
+        output: str | list[ContentBlock] = value
+    elif value is None:
+        output = "Done."
+    elif isinstance(value, _MEDIA):
+        output = [value]
+    elif isinstance(value, Msg):
+        output = list(value.content)
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, _MEDIA) for v in value):
+        output = list(value)
+    elif isinstance(value, (bool, int, float)):
+        output = _json.dumps(value)
+    else:
+        output = _json.dumps(_json.jsonable(value))
+    return ToolResultBlock(id=call.id, name=call.name, output=output, state="success")
+
+
+def partition_batches(calls: Sequence[ToolUseBlock], is_safe: Callable[[ToolUseBlock], bool]) -> list[list[ToolUseBlock]]:
+    """Split one turn's calls into batches: contiguous concurrency-safe calls share a batch; others run alone."""
+    batches: list[list[ToolUseBlock]] = []
+    current: list[ToolUseBlock] = []
+    for call in calls:
+        if is_safe(call):
+            current.append(call)
+            continue
+        if current:
+            batches.append(current)
+            current = []
+        batches.append([call])
+    if current:
+        batches.append(current)
+    return batches
+
+
+class ToolExecutor:
+    """Executes tool calls for one agent call (holds the per-run call counters)."""
+
+    __slots__ = ("_active_groups", "_counts", "_semaphore", "ctx", "tools")
+
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        ctx: RuntimeContext,
+        semaphore: asyncio.Semaphore,
+        active_groups: frozenset[str] | None = None,
+    ) -> None:
+        self.tools = tools
+        self.ctx = ctx
+        self._semaphore = semaphore
+        self._counts: dict[str, int] = {}
+        self._active_groups = active_groups
+
+    def lookup(self, name: str) -> Tool | None:
+        """The tool if registered and available in this session."""
+        tool = self.tools.get(name)
+        if tool is None or tool.group is None or self._active_groups is None:
+            return tool
+        return tool if tool.group in self._active_groups else None
+
+    def is_safe(self, call: ToolUseBlock) -> bool:
+        """Whether the call may overlap other calls of its turn."""
+        tool = self.lookup(call.name)
+        return tool is None or tool.concurrency_safe
+
+    def _unknown(self, call: ToolUseBlock) -> ToolResultBlock:
+        names = sorted(
+            n for n, t in self.tools.items() if t.group is None or self._active_groups is None or t.group in self._active_groups
+        )
+        available = ", ".join(names) if names else "(no tools are available)"
+        return error_result(call, f"Unknown tool {call.name!r}. Available tools: {available}.")
+
+    async def execute(self, call: ToolUseBlock) -> ToolResultBlock:
+        """Run one call and return its result (errors the model can fix become error results)."""
+        tool = self.lookup(call.name)
+        if tool is None:
+            return self._unknown(call)
+        if call.metadata and META_ARGUMENTS_ERROR in call.metadata:
+            return error_result(
+                call, f"Invalid arguments for tool {call.name!r}: {call.metadata[META_ARGUMENTS_ERROR]}. Send a JSON object."
+            )
+        if tool.max_calls is not None:
+            used = self._counts.get(tool.name, 0)
+            if used >= tool.max_calls:
+                return error_result(
+                    call,
+                    f"Tool {tool.name!r} was already called {used} time(s) in this run, its limit. "
+                    "Do not call it again; continue with the results you have.",
+                )
+            self._counts[tool.name] = used + 1
+        try:
+            async with self._semaphore:
+                if tool.timeout is None:
+                    value = await tool.invoke(call.input, self.ctx)
+                else:
+                    async with asyncio.timeout(tool.timeout):
+                        value = await tool.invoke(call.input, self.ctx)
+        except ToolArgumentsError as exc:
+            return error_result(call, str(exc))
+        except ToolRetry as exc:
+            return error_result(call, exc.message)
+        except TimeoutError:
+            return error_result(call, f"Tool {tool.name!r} timed out after {tool.timeout:g} s.")
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tool failure goes back to the model
+            return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
+        return to_result(call, value)
+
+    async def execute_all(
+        self,
+        calls: Sequence[ToolUseBlock],
+        runner: CallRunner | None = None,
+        on_result: Callable[[ToolResultBlock, float], Awaitable[None]] | None = None,
+    ) -> list[ToolResultBlock]:
+        """Run one turn's calls: safe neighbours in parallel, the rest in order; results in call order.
+
+        `runner` wraps each call (middleware, permission checks); `on_result` sees each result as it
+        lands (events, checkpoints).
+        """
+        run = runner or self.execute
+        results: dict[int, ToolResultBlock] = {}
+        position = {id(c): i for i, c in enumerate(calls)}
+
+        async def one(call: ToolUseBlock) -> None:
+            started = time.perf_counter()
+            result = await run(call)
+            results[position[id(call)]] = result
+            if on_result is not None:
+                await on_result(result, time.perf_counter() - started)
+
+        for batch in partition_batches(calls, self.is_safe):
+            if len(batch) == 1:
+                await one(batch[0])
+            else:
+                async with asyncio.TaskGroup() as group:
+                    for call in batch:
+                        group.create_task(one(call))
+        return [results[i] for i in range(len(calls))]

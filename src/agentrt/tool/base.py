@@ -1,0 +1,349 @@
+"""`Tool` and the `@tool` decorator."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from agentrt.context import RuntimeContext
+from agentrt.errors import ToolDefinitionError, UserError
+from agentrt.model.base import ToolSchema
+
+if TYPE_CHECKING:
+    from agentrt.tool._schema import FunctionSchema
+
+__all__ = ["DEFAULT_TIMEOUT", "PermissionCheck", "Tool", "tool"]
+
+DEFAULT_TIMEOUT = 30.0
+F = TypeVar("F", bound=Callable[..., Any])
+
+PermissionCheck = Callable[[Mapping[str, Any], RuntimeContext], Any]
+"""``check(args, ctx)`` returning a permission decision (see `agentrt.permission`) or None to pass."""
+
+Handler = Callable[[Mapping[str, Any], RuntimeContext], Awaitable[Any]]
+"""A raw tool body: takes the model's arguments as a dict (used by MCP and schema-only tools)."""
+
+_MISSING: Any = object()
+
+
+class Tool:
+    """A callable the model can ask for, with its schema and execution policy.
+
+    Build one with `@tool` from a function, or with `Tool.from_handler` from a JSON Schema and a
+    handler taking the raw argument dict (MCP tools, remote tools). Calling the tool object
+    directly calls the wrapped function, so decorated functions stay usable in plain code.
+    """
+
+    __slots__ = (
+        "__dict__",
+        "_bound_to",
+        "_schema",
+        "_tool_schema",
+        "check_permission",
+        "concurrency_safe",
+        "description",
+        "destructive",
+        "external",
+        "fn",
+        "group",
+        "handler",
+        "idempotent",
+        "is_async",
+        "max_calls",
+        "name",
+        "parameters",
+        "read_only",
+        "requires_confirmation",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any] | None = None,
+        fn: Callable[..., Any] | None = None,
+        handler: Handler | None = None,
+        schema: FunctionSchema | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        read_only: bool = False,
+        destructive: bool = False,
+        requires_confirmation: bool = False,
+        external: bool = False,
+        group: str | None = None,
+        max_calls: int | None = None,
+        concurrency_safe: bool | None = None,
+        idempotent: bool = False,
+        check_permission: PermissionCheck | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise ToolDefinitionError(f"tool name must be a non-empty string of at most 128 characters, not {name!r}")
+        if timeout is not None and timeout <= 0:
+            raise ToolDefinitionError(f"tool {name!r}: timeout must be positive or None, not {timeout!r}")
+        if max_calls is not None and max_calls < 1:
+            raise ToolDefinitionError(f"tool {name!r}: max_calls must be at least 1, not {max_calls!r}")
+        self.name = name
+        self.description = description
+        self.parameters: Mapping[str, Any] = (
+            parameters
+            if parameters is not None
+            else (schema.parameters if schema is not None else {"type": "object", "properties": {}})
+        )
+        self.fn = fn
+        self.handler = handler
+        self._schema = schema
+        self.is_async = fn is not None and _is_async_callable(fn)
+        self.timeout = timeout
+        self.read_only = read_only
+        self.destructive = destructive
+        self.requires_confirmation = requires_confirmation
+        self.external = external or (fn is None and handler is None)
+        self.group = group
+        self.max_calls = max_calls
+        # Calls from one model turn run in parallel unless a tool says it must not overlap.
+        self.concurrency_safe = (not destructive) if concurrency_safe is None else concurrency_safe
+        self.idempotent = idempotent
+        self.check_permission = check_permission
+        self._tool_schema: ToolSchema | None = None
+        self._bound_to: Any = None
+        if fn is not None:
+            functools.update_wrapper(self, fn, updated=())
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], **options: Any) -> Tool:
+        """A tool from a plain (sync or async) function; see `@tool` for the options."""
+        from agentrt.tool._schema import function_schema
+
+        if isinstance(fn, Tool):
+            return fn.copy(**options) if options else fn
+        if not callable(fn):
+            raise ToolDefinitionError(f"@tool needs a function, got {type(fn).__name__!r}")
+        name = options.pop("name", None)
+        description = options.pop("description", None)
+        schema = function_schema(fn, name=name, description=description)
+        return cls(name=schema.name, description=schema.description, fn=fn, schema=schema, **options)
+
+    @classmethod
+    def from_handler(
+        cls, name: str, description: str, parameters: Mapping[str, Any], handler: Handler, **options: Any
+    ) -> Tool:
+        """A tool whose body takes the raw argument dict (the schema is not validated locally)."""
+        return cls(name=name, description=description, parameters=parameters, handler=handler, **options)
+
+    def copy(self, **changes: Any) -> Tool:
+        """A copy with some options changed (``name=``, ``group=``, ``timeout=`` ...)."""
+        fields = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "fn": self.fn,
+            "handler": self.handler,
+            "schema": self._schema,
+            "timeout": self.timeout,
+            "read_only": self.read_only,
+            "destructive": self.destructive,
+            "requires_confirmation": self.requires_confirmation,
+            "external": self.external if (self.fn is not None or self.handler is not None) else False,
+            "group": self.group,
+            "max_calls": self.max_calls,
+            "concurrency_safe": self.concurrency_safe,
+            "idempotent": self.idempotent,
+            "check_permission": self.check_permission,
+        }
+        fields.update(changes)
+        new = Tool(**fields)
+        new._bound_to = self._bound_to
+        return new
+
+    # -- what the model sees ----------------------------------------------------------------------
+    def schema(self) -> ToolSchema:
+        """The schema sent to models."""
+        if self._tool_schema is None:
+            self._tool_schema = ToolSchema(name=self.name, description=self.description, parameters=self.parameters)
+        return self._tool_schema
+
+    # -- running ------------------------------------------------------------------------------------
+    async def invoke(self, args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
+        """Validate `args`, inject context values and run the tool body; returns its raw result.
+
+        Raises `ToolArgumentsError` for bad arguments; exceptions of the body propagate.
+        """
+        if self.handler is not None:
+            return await self.handler(args, ctx)
+        fn = self.fn
+        schema = self._schema
+        if fn is None or schema is None:
+            raise UserError(f"tool {self.name!r} has no body: it is external and must be run by the caller")
+        validated = schema.validate(args)
+        injected: dict[str, Any] = {}
+        if schema.injected:
+            for param, kind in schema.injected.items():
+                value = ctx.get(kind, _MISSING)
+                if value is _MISSING:
+                    value = schema.injected_defaults.get(param, _MISSING)
+                    if value is _MISSING:
+                        raise UserError(
+                            f"tool {self.name!r} needs a {kind.__name__} in the RuntimeContext for parameter "
+                            f"{param!r}: call ctx.put({kind.__name__}, obj) before running the agent"
+                        )
+                injected[param] = value
+        call_args, call_kwargs = schema.bind(validated, injected)
+        if self.is_async:
+            return await fn(*call_args, **call_kwargs)
+        # Sync tools run in a worker thread (context variables copied) so they never block the loop.
+        return await asyncio.to_thread(fn, *call_args, **call_kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fn is None:
+            raise UserError(f"tool {self.name!r} has no Python body to call")
+        return self.fn(*args, **kwargs)
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "timeout": self.timeout,
+            "read_only": self.read_only,
+            "destructive": self.destructive,
+            "requires_confirmation": self.requires_confirmation,
+            "external": self.external,
+            "group": self.group,
+            "max_calls": self.max_calls,
+            "concurrency_safe": self.concurrency_safe,
+            "idempotent": self.idempotent,
+            "check_permission": self.check_permission,
+        }
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def _is_async_callable(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+def _is_method_definition(fn: Callable[..., Any]) -> bool:
+    if inspect.ismethod(fn):
+        return False
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] in ("self", "cls") and "." in getattr(fn, "__qualname__", "")
+
+
+class _MethodTool(Tool):
+    """A `@tool` on a method inside a class body: its schema is built once bound to an instance."""
+
+    __slots__ = ()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Tool:
+        if obj is None or self.fn is None:
+            return self
+        cache = getattr(obj, "__dict__", None)
+        key = f"__agentrt_tool_{self.name}"
+        if cache is not None and key in cache:
+            return cache[key]  # type: ignore[no-any-return]
+        bound_fn = self.fn.__get__(obj, objtype)
+        bound = Tool.from_function(bound_fn, name=self.name, description=self.description or None, **self._options())
+        bound._bound_to = obj
+        if cache is not None:
+            cache[key] = bound
+        return bound
+
+
+@overload
+def tool(fn: F, /) -> Tool: ...
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    read_only: bool = False,
+    destructive: bool = False,
+    requires_confirmation: bool = False,
+    external: bool = False,
+    group: str | None = None,
+    max_calls: int | None = None,
+    concurrency_safe: bool | None = None,
+    idempotent: bool = False,
+    check_permission: PermissionCheck | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    read_only: bool = False,
+    destructive: bool = False,
+    requires_confirmation: bool = False,
+    external: bool = False,
+    group: str | None = None,
+    max_calls: int | None = None,
+    concurrency_safe: bool | None = None,
+    idempotent: bool = False,
+    check_permission: PermissionCheck | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a sync or async function into a `Tool`.
+
+    The name, description and JSON Schema come from the signature, type hints and docstring
+    (Google, NumPy or Sphinx parameter docs). Parameters typed `RuntimeContext`, or with a type
+    stored in the context (``ctx.put(Db, db)``), are injected and hidden from the model.
+
+    Args:
+        fn: The function (when used as ``@tool`` without parentheses).
+        name: Tool name; defaults to the function name.
+        description: Description; defaults to the docstring.
+        timeout: Seconds before the call is cancelled and an error goes back to the model; None for no limit.
+        read_only: The tool changes nothing (allowed in explore mode, never asks for approval).
+        destructive: The tool changes or deletes things (asks for approval by default; runs alone).
+        requires_confirmation: Always ask the user before running.
+        external: The caller runs this tool; the run pauses for its result.
+        group: Tool group the tool belongs to.
+        max_calls: Most calls allowed per agent call; further calls are refused with a message to the model.
+        concurrency_safe: May run in parallel with other calls of one turn (default: not destructive).
+        idempotent: Safe to re-run after a crash interrupted it.
+        check_permission: ``check(args, ctx)`` deciding allow / ask / deny for one call.
+    """
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "timeout": timeout,
+        "read_only": read_only,
+        "destructive": destructive,
+        "requires_confirmation": requires_confirmation,
+        "external": external,
+        "group": group,
+        "max_calls": max_calls,
+        "concurrency_safe": concurrency_safe,
+        "idempotent": idempotent,
+        "check_permission": check_permission,
+    }
+
+    def decorate(func: Callable[..., Any]) -> Tool:
+        if isinstance(func, Tool):
+            return func.copy(**{k: v for k, v in options.items() if v is not None})
+        if not callable(func):
+            raise ToolDefinitionError(f"@tool needs a function, got {type(func).__name__!r}")
+        if _is_method_definition(func):
+            tool_name = name or func.__name__
+            doc = description or ""
+            opts = {k: v for k, v in options.items() if k not in ("name", "description")}
+            method_tool = _MethodTool(name=tool_name, description=doc, fn=func, **opts)
+            method_tool.external = external
+            return method_tool
+        return Tool.from_function(func, **options)
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
