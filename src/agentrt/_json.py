@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+_orjson: Any
 try:
     import orjson as _orjson
 except ImportError:  # pragma: no cover - orjson is a core dependency, kept optional for odd platforms
@@ -45,11 +47,13 @@ if _orjson is not None:
     def dumps_bytes(value: Any) -> bytes:
         """Serialise to compact UTF-8 JSON bytes."""
         try:
-            return _orjson.dumps(value, option=_OPTS)
+            out: bytes = _orjson.dumps(value, option=_OPTS)
+            return out
         except TypeError:
             pass
         try:
-            return _orjson.dumps(jsonable(value), option=_OPTS)
+            out = _orjson.dumps(jsonable(value), option=_OPTS)
+            return out
         except TypeError:  # e.g. integers wider than 64 bits
             return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -57,8 +61,14 @@ if _orjson is not None:
         """Serialise to a compact JSON string."""
         return dumps_bytes(value).decode()
 
+    _BIG_INT = re.compile(r"\d{19,}")
+    _BIG_INT_BYTES = re.compile(rb"\d{19,}")
+
     def loads(data: str | bytes | bytearray | memoryview) -> Any:
-        """Parse JSON text."""
+        """Parse JSON text (integers beyond 64 bits, which orjson reads as floats, stay exact)."""
+        pattern = _BIG_INT if isinstance(data, str) else _BIG_INT_BYTES
+        if pattern.search(data):  # type: ignore[arg-type]
+            return json.loads(bytes(data) if isinstance(data, memoryview) else data)
         return _orjson.loads(data)
 
 else:  # pragma: no cover

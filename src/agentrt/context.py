@@ -112,6 +112,13 @@ class RuntimeContext:
         """The context bound to the running call, if any."""
         return _current.get()
 
+    def _set(self) -> contextvars.Token[RuntimeContext | None]:
+        return _current.set(self)
+
+    @staticmethod
+    def _reset(token: contextvars.Token[RuntimeContext | None]) -> None:
+        _current.reset(token)
+
     @contextmanager
     def bind(self) -> Iterator[RuntimeContext]:
         """Bind this context for the duration of a ``with`` block."""

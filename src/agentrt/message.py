@@ -12,12 +12,9 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, cast
 
 from agentrt import _json
-
-if TYPE_CHECKING:
-    from agentrt.permission import ConfirmResult
 
 __all__ = [
     "AudioBlock",
@@ -53,7 +50,7 @@ def _new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-class GenerateReason(str, enum.Enum):
+class GenerateReason(enum.StrEnum):
     """Why an agent call returned."""
 
     STOP = "stop"
@@ -362,7 +359,7 @@ class Msg:
         return cls(role="system", content=[TextBlock(text=text)], name=name)
 
     @classmethod
-    def confirm(cls, results: Iterable[ConfirmResult], *, text: str = "") -> Msg:
+    def confirm(cls, results: Iterable[Any], *, text: str = "") -> Msg:
         """The message that answers pending tool approvals (see `ConfirmResult`)."""
         content: list[ContentBlock] = [TextBlock(text=text)] if text else []
         return cls(role="user", content=content, metadata={META_CONFIRM_RESULTS: list(results)})
@@ -470,9 +467,10 @@ def as_messages(value: str | Msg | Sequence[Msg] | None, *, name: str | None = N
     if isinstance(value, Msg):
         return [value]
     if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        out = list(value)
-        for item in out:
+        out: list[Msg] = []
+        for item in value:
             if not isinstance(item, Msg):
                 raise TypeError(f"input list holds {type(item).__name__!r}; every item must be a Msg")
+            out.append(item)
         return out
     raise TypeError(f"input must be a str, a Msg or a list of Msg, not {type(value).__name__!r}")

@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Chains", "run_call"]
 
-NUDGE = (
-    "Your last reply was empty. Continue the task: either call one of the available tools or answer the user."
-)
+NUDGE = "Your last reply was empty. Continue the task: either call one of the available tools or answer the user."
 MAX_ITERS_PROMPT = (
     "You have used all {n} reasoning steps allowed for this request. Do not call any tool. Answer now with the "
     "best result you can give from what you have so far, and say briefly what remains undone."
@@ -104,6 +102,8 @@ class _Listener:
 async def run_call(agent: ReActAgent, run: Run) -> Msg:
     """One agent call: middleware `on_call` chain around the loop."""
     chains = _chains(agent)
+    if not chains.call:
+        return await _call_core(agent, run)
     core: Callable[[], Awaitable[Msg]] = functools.partial(_call_core, agent, run)
     for mw in reversed(chains.call):
         core = functools.partial(mw.on_call, run, core)
@@ -276,7 +276,24 @@ async def _reasoning(
     override: GenerateOptions | None,
 ) -> Msg:
     chains = _chains(agent)
+    if not chains.reasoning and not chains.model_call:
+        options = agent.options.merge(override)
+        return await _model_call(
+            agent, run, ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
+        )
+    return await _reasoning_with_middleware(agent, run, system, extra, executor, override, chains)
 
+
+async def _reasoning_with_middleware(
+    agent: ReActAgent,
+    run: Run,
+    system: Msg | None,
+    extra: list[Msg],
+    executor: ToolExecutor,
+    override: GenerateOptions | None,
+    chains: Chains,
+) -> Msg:
+    # Kept apart from `_reasoning` so the closure's cell variables cost nothing without middleware.
     async def core() -> Msg:
         options = agent.options.merge(override)
         request = ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
@@ -323,7 +340,9 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
 # --------------------------------------------------------------------------------------------------
 # acting: tool calls → results
 # --------------------------------------------------------------------------------------------------
-async def _acting(agent: ReActAgent, run: Run, calls: list[ToolUseBlock], executor: ToolExecutor) -> list[ToolResultBlock]:
+async def _acting(
+    agent: ReActAgent, run: Run, calls: list[ToolUseBlock], executor: ToolExecutor
+) -> list[ToolResultBlock]:
     chain = _chains(agent).acting
     runner: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]] = executor.execute
     for mw in reversed(chain):

@@ -30,6 +30,7 @@ class Run:
     __slots__ = (
         "_block_seq",
         "_dirty",
+        "_state",
         "_unsaved",
         "agent",
         "ctx",
@@ -41,7 +42,6 @@ class Run:
         "output",
         "reply_id",
         "session_id",
-        "state",
         "step",
         "store",
         "task",
@@ -68,7 +68,7 @@ class Run:
         self.emit_fn = emit
         self.output = output
         self.options: Any = None
-        self.state: AgentState = AgentState(user_id=self.user_id, session_id=self.session_id)
+        self._state: AgentState | None = None
         self.step = 0
         self.usage: TokenUsage | None = None
         self.task: asyncio.Task[Any] | None = None
@@ -104,6 +104,18 @@ class Run:
         self.usage = usage if self.usage is None else self.usage + usage
 
     # -- state ----------------------------------------------------------------------------------------
+    @property
+    def state(self) -> AgentState:
+        """The session's state as this call sees it (loaded at the start of the call)."""
+        state = self._state
+        if state is None:
+            state = self._state = AgentState(user_id=self.user_id, session_id=self.session_id)
+        return state
+
+    @state.setter
+    def state(self, state: AgentState) -> None:
+        self._state = state
+
     def add_messages(self, *msgs: Msg) -> None:
         """Append to the transcript; persisted at the next `checkpoint`."""
         self.state.messages.extend(msgs)
@@ -123,9 +135,7 @@ class Run:
 
     async def load(self) -> None:
         """Load the session's state from the store (a new session starts empty)."""
-        loaded = await self.store.load(self.user_id, self.session_id)
-        if loaded is not None:
-            self.state = loaded
+        self._state = await self.store.load(self.user_id, self.session_id)
 
     async def checkpoint(self) -> None:
         """Persist unsaved messages and fields (O(new messages) for incremental stores)."""

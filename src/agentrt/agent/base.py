@@ -136,7 +136,10 @@ class AgentBase(abc.ABC):
             await run.checkpoint()
 
     def interrupt(
-        self, ctx_or_user_id: RuntimeContext | str | None = None, session_id: str | None = None, msg: Msg | str | None = None
+        self,
+        ctx_or_user_id: RuntimeContext | str | None = None,
+        session_id: str | None = None,
+        msg: Msg | str | None = None,
     ) -> bool:
         """Interrupt the call running on one session; True if one was running.
 
@@ -181,19 +184,20 @@ class AgentBase(abc.ABC):
             key = (run.user_id, run.session_id)
             running[key] = run
             run.task = asyncio.current_task()
+            token = run.ctx._set()
             try:
-                with run.ctx.bind():
-                    if run.streaming:
-                        run.event(ev.RunStarted, input=run.input, user_id=run.user_id)
-                    msg = await self._execute(run)
-                    if run.streaming:
-                        run.event(ev.RunFinished, msg=msg)
-                    return msg
+                if run.streaming:
+                    run.event(ev.RunStarted, input=run.input, user_id=run.user_id)
+                msg = await self._execute(run)
+                if run.streaming:
+                    run.event(ev.RunFinished, msg=msg)
+                return msg
             except Exception as exc:
                 if run.streaming:
                     run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                 raise
             finally:
+                RuntimeContext._reset(token)
                 if running.get(key) is run:
                     del running[key]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from agentrt.agent._run import Run
 from agentrt.agent.base import AgentBase
-from agentrt.message import Msg
+from agentrt.message import Msg, TextBlock
 
 __all__ = ["UserAgent"]
 
@@ -48,4 +48,4 @@ class UserAgent(AgentBase):
             text = await asyncio.to_thread(self.read, self.prompt)
         except EOFError:
             text = ""
-        return Msg(role="user", content=text, name=self.name, id=run.reply_id)
+        return Msg(role="user", content=[TextBlock(text=text)], name=self.name, id=run.reply_id)

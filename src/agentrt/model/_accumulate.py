@@ -6,11 +6,24 @@ from typing import Any, Protocol
 
 from agentrt import _json
 from agentrt.errors import ModelBehaviorError
-from agentrt.message import ContentBlock, Msg, TextBlock, ThinkingBlock, TokenUsage, ToolUseBlock, _new_call_id
+from agentrt.message import (
+    AudioBlock,
+    ContentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    VideoBlock,
+    _new_call_id,
+)
 from agentrt.model.base import ChatResponse, ToolCallChunk
 
 __all__ = ["BlockListener", "ReplyAccumulator", "parse_tool_arguments"]
 
+_CONTENT_TYPES = (TextBlock, ThinkingBlock, ToolUseBlock, ImageBlock, AudioBlock, VideoBlock, ToolResultBlock)
 META_RAW_ARGUMENTS = "raw_arguments"
 META_ARGUMENTS_ERROR = "arguments_error"
 
@@ -54,7 +67,7 @@ def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
             return {}, f"arguments are not valid JSON ({exc})"
         try:
             value = json_repair.loads(text)
-        except Exception as repair_exc:  # noqa: BLE001 - any failure means "could not repair"
+        except Exception as repair_exc:
             return {}, f"arguments are not valid JSON ({repair_exc})"
         if not isinstance(value, dict) or (not value and text not in ("{}", "")):
             return {}, f"arguments are not valid JSON: {text[:200]!r}"
@@ -126,8 +139,11 @@ class ReplyAccumulator:
         for call in chunk.tool_calls:
             self._add_call(call)
         for block in chunk.blocks:
+            if not isinstance(block, _CONTENT_TYPES):
+                raise ModelBehaviorError(f"model stream yielded a {type(block).__name__!r} block, not a content block")
             idx = self._new_block("extra")
             self.blocks_extra[idx] = block
+            self._text_open = self._think_open = -1
         if chunk.usage is not None:
             self.usage = chunk.usage if self.usage is None else _merge_usage(self.usage, chunk.usage)
         if chunk.finish_reason is not None:
@@ -160,7 +176,7 @@ class ReplyAccumulator:
 
     @property
     def empty(self) -> bool:
-        """True when the reply holds no text, no thinking and no tool call."""
+        """True when the reply holds no answer text, no tool call and no other block (thinking alone is empty)."""
         return not any(
             kind in ("call", "extra") or (kind == "text" and "".join(self._parts[i]).strip())
             for i, kind in enumerate(self._kinds)
@@ -187,7 +203,11 @@ class ReplyAccumulator:
                 else:
                     args, error = parse_tool_arguments("".join(call.args))
                     if error is not None:
-                        metadata = {**(metadata or {}), META_RAW_ARGUMENTS: "".join(call.args), META_ARGUMENTS_ERROR: error}
+                        metadata = {
+                            **(metadata or {}),
+                            META_RAW_ARGUMENTS: "".join(call.args),
+                            META_ARGUMENTS_ERROR: error,
+                        }
                 out.append(ToolUseBlock(id=call.id, name=call.name, input=args, metadata=metadata))
         return out
 

@@ -35,7 +35,9 @@ def registered_providers() -> list[str]:
     return sorted({*_factories, *_aliases})
 
 
-def model_from_id(model_id: str, *, base_url: str | None = None, api_key: str | None = None, **options: Any) -> ChatModel:
+def model_from_id(
+    model_id: str, *, base_url: str | None = None, api_key: str | None = None, **options: Any
+) -> ChatModel:
     """Build a chat model from ``"provider:model"``, e.g. ``"openai:gpt-4o-mini"``."""
     if not isinstance(model_id, str) or ":" not in model_id:
         raise UserError(
@@ -47,7 +49,9 @@ def model_from_id(model_id: str, *, base_url: str | None = None, api_key: str | 
     prefix = _aliases.get(prefix, prefix)
     factory = _factories.get(prefix)
     if factory is None:
-        raise UserError(f"unknown model provider {prefix!r} in {model_id!r}; known: {', '.join(registered_providers())}")
+        raise UserError(
+            f"unknown model provider {prefix!r} in {model_id!r}; known: {', '.join(registered_providers())}"
+        )
     if not name:
         raise UserError(f"model id {model_id!r} names no model after the provider")
     return factory(name, base_url=base_url, api_key=api_key, **options)
@@ -68,8 +72,3 @@ def _load_builtin() -> None:
         return
     _builtin_loaded = True
     _factories.setdefault("scripted", _scripted)
-    try:
-        from agentrt.model.providers import register_builtin_providers
-    except ImportError:  # providers package not built yet
-        return
-    register_builtin_providers()

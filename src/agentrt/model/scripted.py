@@ -11,7 +11,10 @@ from typing import Any, ClassVar, TypeAlias
 from agentrt import _json
 from agentrt.errors import UnexpectedModelCallError
 from agentrt.message import (
+    AudioBlock,
     ContentBlock,
+    ImageBlock,
+    VideoBlock,
     Msg,
     TextBlock,
     ThinkingBlock,
@@ -22,11 +25,13 @@ from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ModelRe
 
 __all__ = ["ScriptedModel", "Step"]
 
-Reply: TypeAlias = "str | ContentBlock | Sequence[ContentBlock] | Sequence[ChatResponse] | ChatResponse | Msg | BaseException"
+Reply: TypeAlias = (
+    "str | ContentBlock | Sequence[ContentBlock] | Sequence[ChatResponse] | ChatResponse | Msg | BaseException"
+)
 Step: TypeAlias = "Reply | Callable[[ModelRequest], Reply | Awaitable[Reply]]"
 
 _WORDS = re.compile(r"\s*\S+\s*|\s+")
-_BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolUseBlock)
+_BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolUseBlock, ImageBlock, AudioBlock, VideoBlock)
 
 
 class ScriptedModel(ChatModel):
@@ -37,8 +42,9 @@ class ScriptedModel(ChatModel):
     as given), an exception instance (raised by the call), or a callable taking the
     `ModelRequest` and returning one of those. Text is streamed word by word.
 
-    ``requests`` records every request; `assert_complete()` fails if steps remain. A call beyond
-    the script raises `UnexpectedModelCallError`.
+    ``requests`` records every request (unless ``record=False``, for long benchmarks);
+    `assert_complete()` fails if steps remain. A call beyond the script raises
+    `UnexpectedModelCallError`.
     """
 
     provider: ClassVar[str] = "scripted"
@@ -56,6 +62,7 @@ class ScriptedModel(ChatModel):
         chunk_delay: float = 0.0,
         usage: TokenUsage | None = None,
         repeat: bool = False,
+        record: bool = True,
     ) -> None:
         self.model_name = name
         self._steps: list[Step] = list(steps)
@@ -64,8 +71,10 @@ class ScriptedModel(ChatModel):
         self.chunk_delay = chunk_delay
         self.usage = usage
         self.repeat = repeat
+        self.record = record
         self.requests: list[ModelRequest] = []
         self._next = 0
+        self._calls = 0
 
     @classmethod
     def from_function(
@@ -75,9 +84,10 @@ class ScriptedModel(ChatModel):
         name: str = "function",
         latency: float = 0.0,
         usage: TokenUsage | None = None,
+        record: bool = True,
     ) -> ScriptedModel:
         """A model whose every reply is ``fn(request)`` (sync or async)."""
-        model = cls((), name=name, latency=latency, usage=usage)
+        model = cls((), name=name, latency=latency, usage=usage, record=record)
         model._function = fn
         return model
 
@@ -96,7 +106,7 @@ class ScriptedModel(ChatModel):
         if self._function is None and self._next < len(self._steps):
             raise AssertionError(
                 f"ScriptedModel {self.model_name!r} has {len(self._steps) - self._next} unused step(s) "
-                f"of {len(self._steps)}; it was called {len(self.requests)} time(s)"
+                f"of {len(self._steps)}; it was called {self._calls} time(s)"
             )
 
     def _take(self, request: ModelRequest) -> Step:
@@ -107,7 +117,7 @@ class ScriptedModel(ChatModel):
                 self._next = 0
             else:
                 raise UnexpectedModelCallError(
-                    f"ScriptedModel {self.model_name!r} was called {len(self.requests)} time(s) but its script "
+                    f"ScriptedModel {self.model_name!r} was called {self._calls} time(s) but its script "
                     f"has {len(self._steps)} step(s); last user text: {request.last_user_text[:200]!r}"
                 )
         step = self._steps[self._next]
@@ -119,15 +129,20 @@ class ScriptedModel(ChatModel):
         self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
     ) -> AsyncIterator[ChatResponse]:
         """Stream the next scripted reply."""
-        request = ModelRequest(list(messages), list(tools), options or self.options)
-        self.requests.append(request)
+        request = ModelRequest(
+            messages if type(messages) is list else list(messages),
+            tools if type(tools) is list else list(tools),
+            options or self.options,
+        )
+        if self.record:
+            self.requests.append(request)
+        self._calls += 1
         step = self._take(request)
+        reply: Any = step
         if callable(step) and not isinstance(step, (BaseException, type)):
             reply = step(request)
             if inspect.isawaitable(reply):
                 reply = await reply
-        else:
-            reply = step
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(reply, BaseException):

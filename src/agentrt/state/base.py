@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentrt.message import Msg
+from agentrt.state.locks import LocalSessionLocks, SessionLockHold
 
 __all__ = [
     "STATE_FIELDS",
@@ -40,14 +40,14 @@ class AgentState:
     summary: str | None = None
     """Running summary of `messages[:summary_index]`, used in the prompt in place of them."""
     summary_index: int = 0
-    rules: list[Any] = field(default_factory=list)
+    rules: Sequence[Any] = ()
     """Permission rules the user accepted in this session."""
     pending: Mapping[str, Any] | None = None
     """Tool calls waiting for approval or external results, and the reply they belong to."""
     active_groups: list[str] | None = None
     """Tool groups active in this session (None: the toolkit's defaults)."""
     tool_state: dict[str, Any] = field(default_factory=dict)
-    tasks: list[Any] = field(default_factory=list)
+    tasks: Sequence[Any] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     revision: int = 0
     version: int = SCHEMA_VERSION
@@ -123,7 +123,7 @@ class BaseStateStore(abc.ABC):
     Backends shared between processes override `session_lock` with a distributed lock.
     """
 
-    _locks: Any = None
+    _locks: LocalSessionLocks | None = None
 
     @abc.abstractmethod
     async def load(self, user_id: str, session_id: str) -> AgentState | None:
@@ -153,15 +153,12 @@ class BaseStateStore(abc.ABC):
     async def list_sessions(self, user_id: str) -> list[SessionInfo]:
         """The user's sessions, most recently updated first."""
 
-    @asynccontextmanager
-    async def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> AsyncIterator[None]:
+    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> SessionLockHold:
         """In-process FIFO lock per session."""
-        from agentrt.state.locks import LocalSessionLocks
-
-        if self._locks is None:
-            self._locks = LocalSessionLocks()
-        async with self._locks.hold((user_id, session_id), timeout=timeout):
-            yield
+        locks = self._locks
+        if locks is None:
+            locks = self._locks = LocalSessionLocks()
+        return locks.hold((user_id, session_id), timeout=timeout)
 
     async def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release what the store opened (idempotent)."""

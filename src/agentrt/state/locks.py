@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
-from contextlib import asynccontextmanager
+from collections.abc import Hashable
+from typing import Any
 
 from agentrt.errors import SessionBusyError
 
-__all__ = ["LocalSessionLocks"]
+__all__ = ["LocalSessionLocks", "SessionLockHold"]
 
 
 class _Entry:
@@ -17,6 +17,58 @@ class _Entry:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.users = 0
+
+
+class SessionLockHold:
+    """``async with`` holding one session's lock (a plain object: cheap with thousands in flight)."""
+
+    __slots__ = ("_entry", "_full_key", "_key", "_owner", "_timeout")
+
+    def __init__(self, owner: LocalSessionLocks, key: Hashable, timeout: float | None) -> None:
+        self._owner = owner
+        self._key = key
+        self._timeout = timeout
+        self._full_key: Any = None
+        self._entry: _Entry | None = None
+
+    async def __aenter__(self) -> None:
+        entries = self._owner._entries
+        full_key = self._full_key = (id(asyncio.get_running_loop()), self._key)
+        entry = entries.get(full_key)
+        if entry is None:
+            entry = entries[full_key] = _Entry()
+        entry.users += 1
+        self._entry = entry
+        try:
+            if self._timeout is None or not entry.lock.locked():
+                await entry.lock.acquire()
+            else:
+                async with asyncio.timeout(self._timeout):
+                    await entry.lock.acquire()
+        except TimeoutError:
+            self._release_entry()
+            raise SessionBusyError(
+                f"session {self._key!r} is busy: another call held it for more than {self._timeout:g} s"
+            ) from None
+        except BaseException:
+            self._release_entry()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        entry = self._entry
+        if entry is not None:
+            entry.lock.release()
+            self._release_entry()
+
+    def _release_entry(self) -> None:
+        entry = self._entry
+        if entry is None:
+            return
+        self._entry = None
+        entry.users -= 1
+        entries = self._owner._entries
+        if entry.users == 0 and entries.get(self._full_key) is entry:
+            del entries[self._full_key]
 
 
 class LocalSessionLocks:
@@ -30,33 +82,9 @@ class LocalSessionLocks:
     def __init__(self) -> None:
         self._entries: dict[tuple[int, Hashable], _Entry] = {}
 
-    @asynccontextmanager
-    async def hold(self, key: Hashable, *, timeout: float | None = None) -> AsyncIterator[None]:
-        """Hold the lock for `key`; `SessionBusyError` if not acquired within `timeout` seconds."""
-        full_key = (id(asyncio.get_running_loop()), key)
-        entry = self._entries.get(full_key)
-        if entry is None:
-            entry = self._entries[full_key] = _Entry()
-        entry.users += 1
-        try:
-            if timeout is None:
-                await entry.lock.acquire()
-            else:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await entry.lock.acquire()
-                except TimeoutError:
-                    raise SessionBusyError(
-                        f"session {key!r} is busy: another call held it for more than {timeout:g} s"
-                    ) from None
-            try:
-                yield
-            finally:
-                entry.lock.release()
-        finally:
-            entry.users -= 1
-            if entry.users == 0 and self._entries.get(full_key) is entry:
-                del self._entries[full_key]
+    def hold(self, key: Hashable, *, timeout: float | None = None) -> SessionLockHold:
+        """``async with locks.hold(key):``; `SessionBusyError` if not acquired within `timeout` seconds."""
+        return SessionLockHold(self, key, timeout)
 
     def __len__(self) -> int:
         return len(self._entries)

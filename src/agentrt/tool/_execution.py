@@ -63,7 +63,9 @@ def to_result(call: ToolUseBlock, value: Any) -> ToolResultBlock:
     return ToolResultBlock(id=call.id, name=call.name, output=output, state="success")
 
 
-def partition_batches(calls: Sequence[ToolUseBlock], is_safe: Callable[[ToolUseBlock], bool]) -> list[list[ToolUseBlock]]:
+def partition_batches(
+    calls: Sequence[ToolUseBlock], is_safe: Callable[[ToolUseBlock], bool]
+) -> list[list[ToolUseBlock]]:
     """Split one turn's calls into batches: contiguous concurrency-safe calls share a batch; others run alone."""
     batches: list[list[ToolUseBlock]] = []
     current: list[ToolUseBlock] = []
@@ -112,7 +114,9 @@ class ToolExecutor:
 
     def _unknown(self, call: ToolUseBlock) -> ToolResultBlock:
         names = sorted(
-            n for n, t in self.tools.items() if t.group is None or self._active_groups is None or t.group in self._active_groups
+            n
+            for n, t in self.tools.items()
+            if t.group is None or self._active_groups is None or t.group in self._active_groups
         )
         available = ", ".join(names) if names else "(no tools are available)"
         return error_result(call, f"Unknown tool {call.name!r}. Available tools: {available}.")
@@ -124,7 +128,8 @@ class ToolExecutor:
             return self._unknown(call)
         if call.metadata and META_ARGUMENTS_ERROR in call.metadata:
             return error_result(
-                call, f"Invalid arguments for tool {call.name!r}: {call.metadata[META_ARGUMENTS_ERROR]}. Send a JSON object."
+                call,
+                f"Invalid arguments for tool {call.name!r}: {call.metadata[META_ARGUMENTS_ERROR]}. Send a JSON object.",
             )
         if tool.max_calls is not None:
             used = self._counts.get(tool.name, 0)
@@ -150,7 +155,7 @@ class ToolExecutor:
             return error_result(call, f"Tool {tool.name!r} timed out after {tool.timeout:g} s.")
         except UserError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a tool failure goes back to the model
+        except Exception as exc:
             return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
         return to_result(call, value)
 

@@ -137,7 +137,7 @@ class Tool:
 
     def copy(self, **changes: Any) -> Tool:
         """A copy with some options changed (``name=``, ``group=``, ``timeout=`` ...)."""
-        fields = {
+        fields: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,

@@ -7,14 +7,11 @@ import inspect
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrt.errors import DuplicateToolError, ToolDefinitionError, UserError
 from agentrt.model.base import ToolSchema
 from agentrt.tool.base import Tool
-
-if TYPE_CHECKING:
-    from agentrt.tool.mcp import McpClient
 
 __all__ = ["ToolGroup", "Toolkit"]
 
@@ -89,7 +86,7 @@ class Toolkit:
         if group is not None or options:
             tools = [t.copy(**({"group": group} if group is not None else {}), **options) for t in tools]
         self._add(tools, replace=replace)
-        return tools
+        return list(tools)
 
     def _add(self, tools: list[Tool], *, replace: bool) -> None:
         new = dict(self._tools)
@@ -113,12 +110,6 @@ class Toolkit:
         self._tools = new
         self._cache = None
         return removed
-
-    async def register_mcp(self, client: McpClient, **options: Any) -> list[Tool]:
-        """Connect an MCP client and register its tools (see `agentrt.tool.mcp`)."""
-        from agentrt.tool.mcp import register_mcp_client
-
-        return await register_mcp_client(self, client, **options)
 
     def add_closer(self, closer: Callable[[], Any]) -> None:
         """Run `closer` (sync or async) on `aclose`: for resources the toolkit opened."""

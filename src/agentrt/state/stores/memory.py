@@ -105,9 +105,9 @@ def _copy(state: AgentState) -> AgentState:
     return replace(
         state,
         messages=list(state.messages),
-        rules=list(state.rules),
+        rules=tuple(state.rules),
         active_groups=None if state.active_groups is None else list(state.active_groups),
         tool_state=dict(state.tool_state),
-        tasks=list(state.tasks),
+        tasks=tuple(state.tasks),
         metadata=dict(state.metadata),
     )

@@ -1,0 +1,15 @@
+"""Shared test fixtures: hermetic environment (no provider keys), service discovery for integration tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never reach a real provider: strip every *_API_KEY variable."""
+    for name in list(os.environ):
+        if name.endswith("_API_KEY") or name in ("GOOGLE_APPLICATION_CREDENTIALS",):
+            monkeypatch.delenv(name, raising=False)
