@@ -30,9 +30,8 @@ class Timing(Middleware):
     ) -> ToolResultBlock:
         start = time.perf_counter()
         result = await next(call)
-        print(
-            f"step {run.step}: {call.name}({dict(call.input)}) -> {result.state} in {(time.perf_counter() - start) * 1e3:.2f} ms"
-        )
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        print(f"step {run.step}: {call.name}({dict(call.input)}) -> {result.state} in {elapsed_ms:.2f} ms")
         return result
 
 

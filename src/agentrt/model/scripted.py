@@ -14,12 +14,12 @@ from agentrt.message import (
     AudioBlock,
     ContentBlock,
     ImageBlock,
-    VideoBlock,
     Msg,
     TextBlock,
     ThinkingBlock,
     TokenUsage,
     ToolUseBlock,
+    VideoBlock,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ModelRequest, ToolCallChunk, ToolSchema
 
