@@ -35,6 +35,7 @@ __all__ = [
     "Interrupted",
     "ModelCallFinished",
     "ModelCallStarted",
+    "ModelRestarted",
     "PendingToolCall",
     "RequireExternalExecution",
     "RequireUserConfirm",
@@ -131,6 +132,14 @@ class ToolCallDelta(AgentEvent):
     block_id: str
     tool_call_id: str
     delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRestarted(AgentEvent):
+    """The model stream died midway and the step starts over (e.g. on a fallback model): discard its deltas."""
+
+    step: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +256,7 @@ for _cls in (
     ToolCallStarted,
     ToolCallDelta,
     ModelCallFinished,
+    ModelRestarted,
     ToolResult,
     RequireUserConfirm,
     RequireExternalExecution,
@@ -330,7 +340,7 @@ class EventReducer:
             self._source = event.source
         elif event.reply_id != self.reply_id or event.source != self._source:
             return  # another call's events (e.g. a forwarded subagent stream)
-        if isinstance(event, ModelCallStarted):
+        if isinstance(event, (ModelCallStarted, ModelRestarted)):
             self._order.clear()
             self._blocks.clear()
             self._calls.clear()

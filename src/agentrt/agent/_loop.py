@@ -95,6 +95,10 @@ class _Listener:
     def on_tool_delta(self, index: int, call_id: str, delta: str) -> None:
         self.run.event(ev.ToolCallDelta, block_id=self._id(index), tool_call_id=call_id, delta=delta)
 
+    def on_restart(self, reason: str) -> None:
+        self.ids.clear()
+        self.run.event(ev.ModelRestarted, step=self.run.step, reason=reason)
+
 
 # --------------------------------------------------------------------------------------------------
 # entry point

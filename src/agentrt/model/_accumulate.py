@@ -35,6 +35,7 @@ class BlockListener(Protocol):
     def on_thinking(self, index: int, delta: str, signature: str | None) -> None: ...
     def on_tool_call(self, index: int, call_id: str, name: str) -> None: ...
     def on_tool_delta(self, index: int, call_id: str, delta: str) -> None: ...
+    def on_restart(self, reason: str) -> None: ...
 
 
 class _Call:
@@ -106,6 +107,17 @@ class ReplyAccumulator:
         self.finish_reason: str | None = None
         self.chunks = 0
 
+    def reset(self) -> None:
+        """Forget everything accumulated (the stream starts over)."""
+        self._kinds.clear()
+        self._parts.clear()
+        self._signatures.clear()
+        self._calls.clear()
+        self._text_open = self._think_open = -1
+        self.blocks_extra.clear()
+        self.usage = None
+        self.finish_reason = None
+
     def _new_block(self, kind: str) -> int:
         self._kinds.append(kind)
         self._parts.append([])
@@ -117,6 +129,10 @@ class ReplyAccumulator:
             raise ModelBehaviorError(f"model stream yielded {type(chunk).__name__!r}, expected ChatResponse")
         self.chunks += 1
         listener = self._listener
+        if chunk.restart is not None:
+            self.reset()
+            if listener is not None:
+                listener.on_restart(chunk.restart)
         if chunk.thinking or chunk.thinking_signature:
             idx = self._think_open
             if idx < 0:

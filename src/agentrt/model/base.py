@@ -121,6 +121,9 @@ class ChatResponse:
     finish_reason: str | None = None
     raw: Any = None
     """The provider's own chunk, for debugging; never persisted."""
+    restart: str | None = None
+    """Set by wrappers (fallback, retry) when a stream died midway and the reply starts over:
+    everything accumulated so far for this reply must be discarded. The value says why."""
 
 
 class ChatModel(abc.ABC):

@@ -339,3 +339,19 @@ def test_listener_sees_generated_id() -> None:
     (block,) = acc.content()
     assert isinstance(block, ToolUseBlock)
     assert listener.events == [("call", 0, block.id, "f"), ("delta", 0, block.id, "{}")]
+
+
+def test_restart_chunk_discards_the_partial_reply() -> None:
+    restarts: list[str] = []
+
+    class Listener(RecordingListener):
+        def on_restart(self, reason: str) -> None:
+            restarts.append(reason)
+
+    acc = ReplyAccumulator(Listener())
+    acc.add(ChatResponse(text="half an ans"))
+    acc.add(ChatResponse(tool_calls=[ToolCallChunk(index=0, id="c1", name="t", arguments='{"a"')]))
+    acc.add(ChatResponse(restart="stream died; retrying on fallback"))
+    acc.add(ChatResponse(text="full answer", finish_reason="stop"))
+    assert acc.content() == [TextBlock(text="full answer")]
+    assert restarts == ["stream died; retrying on fallback"]
