@@ -23,8 +23,9 @@ Errors are split by who has to act on them::
         ├── StateConflictError         a write raced another writer (stale revision)
         └── SessionBusyError           the session lock could not be acquired in time
 
-`ToolRetry` is not an error of the runtime: a tool raises it to send a message back to the
-model (the run continues), so it sits outside the tree.
+`ToolRetry` and `ToolSuspended` are not errors of the runtime but signals a tool raises: the
+first sends a message back to the model (the run continues), the second pauses the run until
+the caller answers (an agent-as-tool waiting for approval). They sit outside the tree.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolError",
     "ToolRetry",
+    "ToolSuspended",
     "UnexpectedModelCallError",
     "UserError",
 ]
@@ -168,3 +170,16 @@ class ToolRetry(Exception):  # noqa: N818 - a signal, not an error of the runtim
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class ToolSuspended(Exception):  # noqa: N818 - a signal, not an error of the runtime
+    """Raised by a tool whose result waits for the caller (e.g. a subagent paused for approval).
+
+    `pending` lists the calls the caller must answer (dicts with ``id``, ``name``, ``input``,
+    ``kind`` and ``suggested_rules``); `state` is whatever the tool needs to resume.
+    """
+
+    def __init__(self, pending: list[dict[str, Any]], state: Any = None) -> None:
+        super().__init__(f"{len(pending)} call(s) wait for the caller")
+        self.pending = pending
+        self.state = state

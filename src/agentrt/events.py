@@ -317,6 +317,7 @@ class EventReducer:
         "_final",
         "_order",
         "_reason",
+        "_resumed_only",
         "_source",
         "_usage",
         "reply_id",
@@ -332,6 +333,7 @@ class EventReducer:
         self._usage: TokenUsage | None = None
         self._reason: GenerateReason | None = None
         self._final: Msg | None = None
+        self._resumed_only = False
 
     def feed(self, event: AgentEvent) -> None:
         """Apply one event."""
@@ -363,10 +365,19 @@ class EventReducer:
             self._args.setdefault("c:" + event.block_id, []).append(event.delta)
         elif isinstance(event, Usage):
             self._usage = event.usage if self._usage is None else self._usage + event.usage
-        elif isinstance(event, RequireUserConfirm):
-            self._reason = GenerateReason.AWAITING_CONFIRMATION
-        elif isinstance(event, RequireExternalExecution):
-            self._reason = GenerateReason.AWAITING_EXTERNAL_EXECUTION
+        elif isinstance(event, (RequireUserConfirm, RequireExternalExecution)):
+            if isinstance(event, RequireUserConfirm):
+                self._reason = GenerateReason.AWAITING_CONFIRMATION
+            elif self._reason is None:
+                self._reason = GenerateReason.AWAITING_EXTERNAL_EXECUTION
+            if self._resumed_only or not self._order:
+                # A resumed call that pauses again made no model step: the reply lists the waiting calls.
+                self._resumed_only = True
+                for call in event.tool_calls:
+                    key = f"c:pending-{call.id}"
+                    self._calls[key] = (call.id, call.name)
+                    self._args[key] = [_json.dumps(dict(call.input))]
+                    self._order.append(key)
         elif isinstance(event, Interrupted):
             self._reason = GenerateReason.INTERRUPTED
         elif isinstance(event, RunFinished):

@@ -8,11 +8,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agentrt import _json
 from agentrt import events as ev
+from agentrt.agent import _hitl
+from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.errors import ModelBehaviorError
 from agentrt.message import (
     META_GENERATE_REASON,
+    META_STRUCTURED,
     GenerateReason,
     Msg,
     TextBlock,
@@ -37,6 +41,11 @@ MAX_ITERS_PROMPT = (
 INTERRUPTED_RESULT = "The tool call was interrupted before it finished."
 DANGLING_RESULT = "The tool call did not complete: the previous run stopped before its result was recorded."
 _NONE_CHOICE = GenerateOptions(tool_choice="none")
+_CALL_GENERATE = (
+    f"Give your final answer by calling the {GENERATE_RESPONSE} tool with arguments matching its schema; "
+    "do not answer in plain text."
+)
+_FIX_JSON = "Your reply did not match the required JSON Schema: {errors}. Reply again with only the corrected JSON."
 
 
 @dataclass(slots=True)
@@ -117,16 +126,30 @@ async def run_call(agent: ReActAgent, run: Run) -> Msg:
 async def _call_core(agent: ReActAgent, run: Run) -> Msg:
     await run.load()
     _repair_dangling(run)
-    if run.input:
-        run.add_messages(*run.input)
-    await run.checkpoint()
+    resuming = run.state.pending is not None
+    if not resuming:
+        if run.input:
+            run.add_messages(*run.input)
+        await run.checkpoint()
     system = await _system_message(agent, run)
+    run.options = agent.options
+    if run.output is not None:
+        spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
+        if spec.mode == "native":
+            run.options = agent.options.merge(GenerateOptions(response_format=spec.response_format()))
+        elif spec.mode == "prompted":
+            base = system.text + "\n\n" if system is not None else ""
+            system = Msg.system(base + spec.prompt())
     tools = agent.toolkit.tools
     active = frozenset(run.state.active_groups) if run.state.active_groups is not None else None
     executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
     try:
         if run.interrupt_requested:
             raise _Interrupt
+        if resuming:
+            paused = await _hitl.resume(agent, run, executor, _runner(agent, run, executor), _on_result(run))
+            if paused is not None:
+                return paused
         return await _loop(agent, run, system, executor)
     except (asyncio.CancelledError, _Interrupt):
         task = run.task
@@ -196,6 +219,8 @@ async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
 async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
     nudged = False
     extra: list[Msg] = []
+    spec: OutputSpec | None = run.output
+    failures = 0
     while True:
         if run.step >= agent.max_iters:
             return await _wrap_up(agent, run, system, executor)
@@ -204,6 +229,19 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
         run.step += 1
         reply = await _reasoning(agent, run, system, extra, executor, None)
         calls = reply.tool_calls
+        if spec is not None and (not calls or spec.mode == "tool") and not _is_empty(reply):
+            outcome = await _structured(agent, run, spec, reply, calls)
+            if isinstance(outcome, Msg):
+                return outcome
+            if outcome is not None:
+                failures += 1
+                if failures > agent.output_retries:
+                    raise StructuredOutputError(
+                        f"model {agent.model.id!r} gave no valid structured output after {failures} attempt(s): "
+                        f"{outcome}"
+                    )
+                extra = []
+                continue
         if not calls:
             if _is_empty(reply):
                 if nudged:
@@ -221,9 +259,77 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
         extra = []
         run.add_messages(reply)
         await run.checkpoint()
-        results = await _acting(agent, run, calls, executor)
-        run.add_messages(Msg(role="user", content=list(results)))
-        await run.checkpoint()
+        paused = await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
+        if paused is not None:
+            return paused
+
+
+async def _structured(
+    agent: ReActAgent, run: Run, spec: OutputSpec, reply: Msg, calls: list[ToolUseBlock]
+) -> Msg | str | None:
+    """Finish with structured output, or say why the attempt failed.
+
+    Returns the final Msg, a str (the errors, already fed back to the model), or None when this
+    reply is an ordinary tool step.
+    """
+    if spec.mode == "tool":
+        answer = next((c for c in calls if c.name == GENERATE_RESPONSE), None)
+        if answer is None:
+            if calls:
+                return None
+            run.add_messages(reply, Msg.user(_CALL_GENERATE, synthetic=True))
+            await run.checkpoint()
+            return "the model answered in text instead of calling generate_response"
+        try:
+            value = spec.validator(dict(answer.input))
+        except ValueError as exc:
+            results = [
+                ToolResultBlock(
+                    id=c.id,
+                    name=c.name,
+                    output=f"Invalid final answer: {exc}. Fix these fields and call {GENERATE_RESPONSE} again."
+                    if c is answer
+                    else f"Not run: {GENERATE_RESPONSE} was called in the same turn.",
+                    state="error",
+                )
+                for c in calls
+            ]
+            run.add_messages(reply, Msg(role="user", content=list(results)))
+            await run.checkpoint()
+            return str(exc)
+        results = [
+            ToolResultBlock(
+                id=c.id,
+                name=c.name,
+                output="Final answer recorded." if c is answer else "Not run: the final answer was given.",
+                state="success" if c is answer else "error",
+            )
+            for c in calls
+        ]
+        run.add_messages(reply, Msg(role="user", content=list(results)))
+        final = _structured_reply(agent, run, value, None)
+    else:
+        try:
+            value = spec.parse_text(reply.text)
+        except ValueError as exc:
+            run.add_messages(reply, Msg.user(_FIX_JSON.format(errors=exc), synthetic=True))
+            await run.checkpoint()
+            return str(exc)
+        final = _structured_reply(agent, run, value, reply)
+    run.add_messages(final)
+    await run.checkpoint()
+    return final
+
+
+def _structured_reply(agent: ReActAgent, run: Run, value: Any, reply: Msg | None) -> Msg:
+    metadata = {
+        **(reply.metadata if reply is not None else {}),
+        META_GENERATE_REASON: GenerateReason.STRUCTURED_OUTPUT.value,
+        META_STRUCTURED: value,
+    }
+    content: list[Any] = [b for b in reply.content if isinstance(b, ThinkingBlock)] if reply is not None else []
+    content.append(TextBlock(text=_json.dumps(value)))
+    return Msg(role="assistant", content=content, name=agent.name, id=run.reply_id, usage=run.usage, metadata=metadata)
 
 
 def _is_empty(msg: Msg) -> bool:
@@ -239,7 +345,15 @@ def _is_empty(msg: Msg) -> bool:
 
 async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
     extra = [Msg.user(MAX_ITERS_PROMPT.format(n=agent.max_iters))]
-    reply = await _reasoning(agent, run, system, extra, executor, _NONE_CHOICE)
+    spec: OutputSpec | None = run.output
+    choice = _NONE_CHOICE
+    if spec is not None and spec.mode == "tool":
+        choice = GenerateOptions(tool_choice={"name": GENERATE_RESPONSE})
+    reply = await _reasoning(agent, run, system, extra, executor, choice)
+    if spec is not None:
+        outcome = await _structured(agent, run, spec, reply, reply.tool_calls)
+        if isinstance(outcome, Msg):
+            return outcome.with_metadata(max_iters_reached=True)
     content = [b for b in reply.content if not isinstance(b, ToolUseBlock)]
     final = reply.replace(
         id=run.reply_id,
@@ -268,7 +382,11 @@ def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
 
 def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSchema]:
     groups = run.state.active_groups
-    return agent.toolkit.schemas(None if groups is None else groups)
+    schemas = agent.toolkit.schemas(None if groups is None else groups)
+    spec = run.output
+    if spec is not None and spec.mode == "tool":
+        schemas = [*schemas, spec.tool_schema()]
+    return schemas
 
 
 async def _reasoning(
@@ -281,7 +399,7 @@ async def _reasoning(
 ) -> Msg:
     chains = _chains(agent)
     if not chains.reasoning and not chains.model_call:
-        options = agent.options.merge(override)
+        options = run.options.merge(override)
         return await _model_call(
             agent, run, ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
         )
@@ -299,7 +417,7 @@ async def _reasoning_with_middleware(
 ) -> Msg:
     # Kept apart from `_reasoning` so the closure's cell variables cost nothing without middleware.
     async def core() -> Msg:
-        options = agent.options.merge(override)
+        options = run.options.merge(override)
         request = ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
         handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
         for mw in reversed(chains.model_call):
@@ -344,21 +462,24 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
 # --------------------------------------------------------------------------------------------------
 # acting: tool calls → results
 # --------------------------------------------------------------------------------------------------
-async def _acting(
-    agent: ReActAgent, run: Run, calls: list[ToolUseBlock], executor: ToolExecutor
-) -> list[ToolResultBlock]:
-    chain = _chains(agent).acting
+def _runner(
+    agent: ReActAgent, run: Run, executor: ToolExecutor
+) -> Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]:
+    """The executor wrapped in the middlewares' `on_acting` hooks."""
     runner: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]] = executor.execute
-    for mw in reversed(chain):
+    for mw in reversed(_chains(agent).acting):
         runner = _bind_acting_mw(mw, run, runner)
+    return runner
 
-    on_result = None
-    if run.streaming:
 
-        async def on_result(result: ToolResultBlock, elapsed: float) -> None:
-            run.event(ev.ToolResult, result=result, elapsed=elapsed)
+def _on_result(run: Run) -> Callable[[ToolResultBlock, float], Awaitable[None]] | None:
+    if not run.streaming:
+        return None
 
-    return await executor.execute_all(calls, runner, on_result)
+    async def on_result(result: ToolResultBlock, elapsed: float) -> None:
+        run.event(ev.ToolResult, result=result, elapsed=elapsed)
+
+    return on_result
 
 
 def _bind_acting_mw(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,9 +16,11 @@ from agentrt.state.base import AgentState, AgentStateStore
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentBase
 
-__all__ = ["Run"]
+__all__ = ["Run", "current_run"]
 
 Emit = Callable[[ev.AgentEvent], None]
+current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentrt_run", default=None)
+"""The call in progress in this task (tools and subagents read it, e.g. to forward events)."""
 
 
 class Run:

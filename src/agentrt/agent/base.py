@@ -5,15 +5,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
-from agentrt.agent._run import Run
+from agentrt.agent._run import Run, current_run
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import Msg, as_messages, new_id
 from agentrt.state.base import AgentState, AgentStateStore
+
+if TYPE_CHECKING:
+    from agentrt.tool.base import Tool
 
 __all__ = ["AgentBase", "AgentInput"]
 
@@ -162,6 +165,19 @@ class AgentBase(abc.ABC):
             run.task.cancel(msg="agentrt-interrupt")
         return True
 
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Tool:
+        """This agent as a tool for another agent (isolated session, forwarded events, approvals surfaced)."""
+        from agentrt.agent.as_tool import agent_as_tool
+
+        return agent_as_tool(self, name=name, description=description, input_schema=input_schema, timeout=timeout)
+
     async def get_state(self, user_id: str | None = None, session_id: str | None = None) -> AgentState:
         """The stored state of a session (empty if it does not exist)."""
         uid, sid = RuntimeContext(user_id, session_id).key
@@ -185,6 +201,7 @@ class AgentBase(abc.ABC):
             running[key] = run
             run.task = asyncio.current_task()
             token = run.ctx._set()
+            run_token = current_run.set(run)
             try:
                 if run.streaming:
                     run.event(ev.RunStarted, input=run.input, user_id=run.user_id)
@@ -197,6 +214,7 @@ class AgentBase(abc.ABC):
                     run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                 raise
             finally:
+                current_run.reset(run_token)
                 RuntimeContext._reset(token)
                 if running.get(key) is run:
                     del running[key]

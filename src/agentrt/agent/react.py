@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentrt.agent import _loop
+from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
@@ -44,6 +45,9 @@ class ReActAgent(AgentBase):
         lock_timeout: Seconds to wait for a busy session before `SessionBusyError`; None waits.
         conflict_policy: On a concurrent write to the session: ``"merge"`` re-reads and appends
             after the other writer, ``"fail"`` raises `StateConflictError`.
+        output_mode: How `call(..., output=...)` gets structured output: ``"auto"``, ``"native"``,
+            ``"tool"`` or ``"prompted"``.
+        output_retries: Invalid structured answers sent back to the model before `StructuredOutputError`.
     """
 
     __slots__ = (
@@ -54,6 +58,8 @@ class ReActAgent(AgentBase):
         "max_iters",
         "middlewares",
         "options",
+        "output_mode",
+        "output_retries",
         "permission",
         "sys_prompt",
         "toolkit",
@@ -74,6 +80,8 @@ class ReActAgent(AgentBase):
         description: str = "",
         lock_timeout: float | None = None,
         conflict_policy: Literal["merge", "fail"] = "merge",
+        output_mode: OutputMode = "auto",
+        output_retries: int = 2,
     ) -> None:
         super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
         if model is None:
@@ -100,6 +108,10 @@ class ReActAgent(AgentBase):
         self.max_iters = max_iters
         self.options = options if options is not None else DEFAULT_OPTIONS
         self.conflict_policy = conflict_policy
+        self.output_mode: OutputMode = output_mode
+        if output_retries < 0:
+            raise UserError(f"output_retries must be >= 0, not {output_retries!r}")
+        self.output_retries = output_retries
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
 

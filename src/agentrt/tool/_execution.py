@@ -15,7 +15,7 @@ from typing import Any
 
 from agentrt import _json
 from agentrt.context import RuntimeContext
-from agentrt.errors import ToolArgumentsError, ToolRetry, UserError
+from agentrt.errors import ToolArgumentsError, ToolRetry, ToolSuspended, UserError
 from agentrt.message import (
     AudioBlock,
     ContentBlock,
@@ -29,9 +29,11 @@ from agentrt.message import (
 from agentrt.model._accumulate import META_ARGUMENTS_ERROR
 from agentrt.tool.base import Tool
 
-__all__ = ["CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
+__all__ = ["META_SUSPENDED", "CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
 
 CallRunner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+META_SUSPENDED = "agentrt_suspended"
+"""Metadata key of a result that is not a result: the tool suspended (see `ToolSuspended`)."""
 _MEDIA = (TextBlock, ImageBlock, AudioBlock, VideoBlock)
 
 
@@ -151,6 +153,13 @@ class ToolExecutor:
             return error_result(call, str(exc))
         except ToolRetry as exc:
             return error_result(call, exc.message)
+        except ToolSuspended as exc:
+            return ToolResultBlock(
+                id=call.id,
+                name=call.name,
+                output="(waiting for the caller)",
+                metadata={META_SUSPENDED: {"pending": exc.pending, "state": exc.state}},
+            )
         except TimeoutError:
             return error_result(call, f"Tool {tool.name!r} timed out after {tool.timeout:g} s.")
         except UserError:

@@ -46,6 +46,7 @@ class Tool:
         "concurrency_safe",
         "description",
         "destructive",
+        "edit",
         "external",
         "fn",
         "group",
@@ -57,6 +58,7 @@ class Tool:
         "parameters",
         "read_only",
         "requires_confirmation",
+        "resume",
         "timeout",
     )
 
@@ -79,6 +81,7 @@ class Tool:
         concurrency_safe: bool | None = None,
         idempotent: bool = False,
         check_permission: PermissionCheck | None = None,
+        edit: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ToolDefinitionError(f"tool name must be a non-empty string of at most 128 characters, not {name!r}")
@@ -108,6 +111,9 @@ class Tool:
         self.concurrency_safe = (not destructive) if concurrency_safe is None else concurrency_safe
         self.idempotent = idempotent
         self.check_permission = check_permission
+        self.edit = edit
+        self.resume: Callable[[Any, list[Any], RuntimeContext], Awaitable[Any]] | None = None
+        """Continues a call that raised `ToolSuspended`, given the caller's answers (agent-as-tool)."""
         self._tool_schema: ToolSchema | None = None
         self._bound_to: Any = None
         if fn is not None:
@@ -154,6 +160,7 @@ class Tool:
             "concurrency_safe": self.concurrency_safe,
             "idempotent": self.idempotent,
             "check_permission": self.check_permission,
+            "edit": self.edit,
         }
         fields.update(changes)
         new = Tool(**fields)
@@ -215,6 +222,7 @@ class Tool:
             "concurrency_safe": self.concurrency_safe,
             "idempotent": self.idempotent,
             "check_permission": self.check_permission,
+            "edit": self.edit,
         }
 
     def __repr__(self) -> str:
@@ -276,6 +284,7 @@ def tool(
     concurrency_safe: bool | None = None,
     idempotent: bool = False,
     check_permission: PermissionCheck | None = None,
+    edit: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -293,6 +302,7 @@ def tool(
     concurrency_safe: bool | None = None,
     idempotent: bool = False,
     check_permission: PermissionCheck | None = None,
+    edit: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a sync or async function into a `Tool`.
 
@@ -314,6 +324,7 @@ def tool(
         concurrency_safe: May run in parallel with other calls of one turn (default: not destructive).
         idempotent: Safe to re-run after a crash interrupted it.
         check_permission: ``check(args, ctx)`` deciding allow / ask / deny for one call.
+        edit: The tool edits files (``ACCEPT_EDITS`` mode runs it without asking inside the workspace).
     """
     options: dict[str, Any] = {
         "name": name,
@@ -328,6 +339,7 @@ def tool(
         "concurrency_safe": concurrency_safe,
         "idempotent": idempotent,
         "check_permission": check_permission,
+        "edit": edit,
     }
 
     def decorate(func: Callable[..., Any]) -> Tool:

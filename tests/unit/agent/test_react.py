@@ -113,7 +113,7 @@ async def test_parallel_safe_calls_overlap() -> None:
 async def test_unsafe_calls_run_in_order_without_overlap() -> None:
     spans: list[tuple[str, float, float]] = []
 
-    @tool(destructive=True)
+    @tool(concurrency_safe=False)
     async def write(tag: str) -> str:
         """Writes something."""
         start = time.perf_counter()
