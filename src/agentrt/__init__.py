@@ -15,6 +15,7 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.middleware import Middleware
+from agentrt.permission import ConfirmResult, PermissionContext, PermissionMode, PermissionRule
 from agentrt.tool import Toolkit, tool
 
 __version__ = "0.1.0"
@@ -22,10 +23,14 @@ __version__ = "0.1.0"
 __all__ = [
     "AudioBlock",
     "Base64Source",
+    "ConfirmResult",
     "GenerateReason",
     "ImageBlock",
     "Middleware",
     "Msg",
+    "PermissionContext",
+    "PermissionMode",
+    "PermissionRule",
     "ReActAgent",
     "RuntimeContext",
     "TextBlock",

@@ -14,6 +14,10 @@ SRC = str(Path(__file__).parents[2] / "src")
 DOCUMENTED = {
     "AudioBlock",
     "Base64Source",
+    "ConfirmResult",
+    "PermissionContext",
+    "PermissionMode",
+    "PermissionRule",
     "GenerateReason",
     "ImageBlock",
     "Middleware",
