@@ -10,21 +10,23 @@ DEFAULT         destructive tools and tools that require confirmation ask,
                 everything else is allowed
 ACCEPT_EDITS    as DEFAULT, but edit tools whose paths are inside the workspace run
 EXPLORE         read-only tools are allowed, everything else is denied
-BYPASS          everything is allowed (deny and ask rules still apply)
+BYPASS          everything is allowed (deny and ask rules, and a tool's own deny, still apply)
 DONT_ASK        what would ask is denied
 ==============  =================================================================
 
-Every ASK carries suggested rules: the exact call, and a generalisation (same command prefix,
-same directory, or the whole tool) that the user can accept with their answer.
+Every ASK carries suggested rules: the exact call, and a generalisation (the same program and
+subcommand without shell chaining, the same directory, or the whole tool) that the user can
+accept with their answer. Path rules (``**``) judge normalised paths, so ``..`` cannot escape them.
 """
 
 from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 import os
+import posixpath
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -85,7 +87,12 @@ class PermissionRule:
     def __post_init__(self) -> None:
         if not isinstance(self.tool, str) or not self.tool:
             raise UserError(f"PermissionRule.tool must be a non-empty glob, not {self.tool!r}")
-        object.__setattr__(self, "decision", Decision(self.decision))
+        try:
+            object.__setattr__(self, "decision", Decision(self.decision))
+        except ValueError:
+            raise UserError(
+                f"PermissionRule.decision must be 'allow', 'ask' or 'deny', not {self.decision!r}"
+            ) from None
         if self.args is not None:
             for key, pattern in self.args.items():
                 if not isinstance(pattern, str):
@@ -137,13 +144,50 @@ def _match_value(pattern: str, value: Any) -> bool:
     if pattern.startswith("re:"):
         return re.fullmatch(pattern[3:], text) is not None
     if "**" in pattern:
-        # "/a/**" matches "/a" itself and everything below it, at any depth.
-        base = pattern[: pattern.index("**")].rstrip("/")
-        if pattern.endswith("/**") and (text == base or text.startswith(base + "/")):
-            return True
-        regex = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", ".")
-        return re.fullmatch(regex, text) is not None
+        if ".." in text.split("/"):
+            # "/ws/../etc/passwd" must be judged as "/etc/passwd", not as something under /ws.
+            text = posixpath.normpath(text)
+        return _path_regex(pattern).fullmatch(text) is not None
     return fnmatch.fnmatchcase(text, pattern)
+
+
+@functools.lru_cache(maxsize=512)
+def _path_regex(pattern: str) -> re.Pattern[str]:
+    """Glob with path semantics: ``**`` spans directories, ``*`` and ``?`` stay inside one, ``[...]`` classes."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("/**", i) and i + 3 == n:
+            out.append("(?:/.*)?")  # "/a/**" matches "/a" itself and everything below it
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            end = pattern.find("]", i + 2 if pattern.startswith("[!", i) or pattern.startswith("[]", i) else i + 1)
+            if end < 0:
+                out.append(re.escape(c))
+                i += 1
+            else:
+                body = pattern[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                negate = body.startswith("^")
+                inner = body[1:] if negate else body
+                inner = inner.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+                out.append("[" + ("^" if negate else "") + inner + "]")
+                i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
 
 
 def _json_text(value: Any) -> str:
@@ -239,6 +283,8 @@ class ConfirmResult:
         }
         if not isinstance(self.tool_call, str):
             d["input"] = dict(self.tool_call.input)
+            if self.tool_call.name:
+                d["name"] = self.tool_call.name
         if self.reason:
             d["reason"] = self.reason
         return d
@@ -256,6 +302,8 @@ class ConfirmResult:
         call_id = value.get("tool_call_id")
         if isinstance(raw_call, Mapping):
             call_id = raw_call.get("id", call_id)
+        elif isinstance(raw_call, str) and call_id is None:
+            call_id = raw_call
         if not isinstance(call_id, str) or not call_id:
             raise UserError("a confirm result needs the 'tool_call_id' of the pending call it answers")
         edited = value.get("input")
@@ -265,7 +313,7 @@ class ConfirmResult:
             raise UserError(f"confirm result for {call_id!r}: 'input' must be an object")
         tool_call: ToolUseBlock | str = call_id
         if edited is not None:
-            name = raw_call.get("name", "") if isinstance(raw_call, Mapping) else ""
+            name = raw_call.get("name", "") if isinstance(raw_call, Mapping) else value.get("name", "")
             tool_call = ToolUseBlock(id=call_id, name=str(name), input=dict(edited))
         rules = [PermissionRule.coerce(r) for r in value.get("rules") or ()]
         return cls(confirmed=value["confirmed"], tool_call=tool_call, rules=rules, reason=str(value.get("reason", "")))
@@ -366,11 +414,16 @@ class PermissionEngine:
             if rule.matches(tool.name, args):
                 return self._ask(tool, call, f"rule {_describe(rule)} asks for approval")
         if mode is PermissionMode.BYPASS:
+            # Bypass skips approvals, not a tool's own safety refusals (e.g. protected paths).
+            own = self._tool_check(tool, call, ctx)
+            if own is not None and own.decision is Decision.DENY:
+                return own
             return PermissionDecision.allow("bypass mode")
-        if mode is PermissionMode.EXPLORE and not tool.read_only:
-            for rule in self._rules(Decision.ALLOW):
-                if rule.matches(tool.name, args):
-                    return PermissionDecision.allow(f"allowed by rule {_describe(rule)}")
+        if (
+            mode is PermissionMode.EXPLORE
+            and not tool.read_only
+            and not any(rule.matches(tool.name, args) for rule in self._rules(Decision.ALLOW))
+        ):
             return PermissionDecision.deny(f"explore mode allows only read-only tools; {tool.name!r} is not read-only")
         own = self._tool_check(tool, call, ctx)
         if own is not None:
@@ -394,7 +447,12 @@ class PermissionEngine:
             if isinstance(verdict, PermissionDecision):
                 return verdict
             if isinstance(verdict, (Decision, str)):
-                return PermissionDecision(decision=Decision(verdict))
+                try:
+                    return PermissionDecision(decision=Decision(verdict))
+                except ValueError:
+                    raise UserError(
+                        f"tool {tool.name!r}: check_permission returned {verdict!r}; use 'allow', 'ask' or 'deny'"
+                    ) from None
             if verdict is not None:
                 raise UserError(
                     f"tool {tool.name!r}: check_permission must return a PermissionDecision, a Decision or None, "
@@ -419,7 +477,7 @@ class PermissionEngine:
             return False
         for p in paths:
             full = os.path.realpath(os.path.join(root_real, p))
-            if full != root_real and not full.startswith(root_real + os.sep):
+            if os.path.commonpath([root_real, full]) != root_real:
                 return False
             if is_dangerous_path(full):
                 return False
@@ -431,7 +489,11 @@ def _describe(rule: PermissionRule) -> str:
 
 
 def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]])", r"[\1]", text)
+    escaped = re.sub(r"([*?\[\]])", r"[\1]", text)
+    return "[r]" + escaped[1:] if escaped.startswith("re:") else escaped
+
+
+_SHELL_META = r"[^;&|`$<>()\n\r]"
 
 
 def suggest_rules(tool_name: str, args: Mapping[str, Any]) -> list[PermissionRule]:
@@ -442,22 +504,30 @@ def suggest_rules(tool_name: str, args: Mapping[str, Any]) -> list[PermissionRul
     for key in _COMMAND_KEYS:
         value = args.get(key)
         if isinstance(value, str) and value.strip():
-            try:
-                words = shlex.split(value)
-            except ValueError:
-                words = value.split()
-            if len(words) > 1:
-                prefix = " ".join(words[:2]) if not words[0].startswith("-") and len(words) > 2 else words[0]
-                general = PermissionRule(tool=tool_name, args={key: _glob_escape(prefix) + "*"}, source="suggested")
-            break
+            # The program and its subcommand, taken from the raw text so the rule matches this very call;
+            # later arguments may vary but no shell chaining (;, &&, |, $(...), redirects) is allowed.
+            words = re.match(r"\s*(\S+)(?:(\s+)(\S+))?", value)
+            if words is not None and words.group(1) and not re.search(r"[;&|`$<>()]", words.group(0)):
+                prefix = words.group(1)
+                if words.group(3) and not words.group(3).startswith("-"):
+                    prefix = words.group(0).strip()
+                pattern = "re:" + re.escape(prefix).replace("\\ ", " ") + rf"(?:\s{_SHELL_META}*)?"
+                candidate = PermissionRule(tool=tool_name, args={key: pattern}, source="suggested")
+                if candidate.matches(tool_name, args):
+                    general = candidate
+            # A command with shell chaining gets no generalisation: only the exact call.
+            return suggestions + ([general] if general is not None else [])
     if general is None:
         for key in _PATH_KEYS:
             value = args.get(key)
             if isinstance(value, str) and value.strip():
-                directory = os.path.dirname(value.rstrip("/")) or "."
-                general = PermissionRule(
-                    tool=tool_name, args={key: _glob_escape(directory) + "/**"}, source="suggested"
-                )
+                directory = posixpath.dirname(value.rstrip("/"))
+                if directory:
+                    candidate = PermissionRule(
+                        tool=tool_name, args={key: _glob_escape(directory) + "/**"}, source="suggested"
+                    )
+                    if candidate.matches(tool_name, args):
+                        general = candidate
                 break
     if general is None and exact_args:
         general = PermissionRule(tool=tool_name, source="suggested")
