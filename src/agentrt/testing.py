@@ -2,5 +2,6 @@
 
 from agentrt.model.base import ModelRequest
 from agentrt.model.scripted import ScriptedModel
+from agentrt.state._contract import check_state_store
 
-__all__ = ["ModelRequest", "ScriptedModel"]
+__all__ = ["ModelRequest", "ScriptedModel", "check_state_store"]
