@@ -116,7 +116,10 @@ async def act(
             continue
         to_run.append(call)
     if to_run:
-        for result in await executor.execute_all(to_run, runner, _skip_suspended(on_result)):
+        report = _skip_suspended(on_result)
+        if len(to_run) > 1:
+            report = _recording(run, reply.id, report)
+        for result in await executor.execute_all(to_run, runner, report):
             payload = _suspended(result)
             if payload is not None:
                 call = next(c for c in to_run if c.id == result.id)
@@ -125,6 +128,26 @@ async def act(
                 done[result.id] = result
     ordered = [done[c.id] for c in calls if c.id in done]
     return await _settle(agent, run, ordered, pending, reply.content)
+
+
+def _recording(run: Run, assistant_id: str, inner: OnResult) -> OnResult:
+    """Checkpoint each result of a parallel batch as it lands, so a crash never re-runs a finished tool."""
+    from agentrt.agent._loop import IN_FLIGHT
+
+    async def record(result: ToolResultBlock, elapsed: float) -> None:
+        if inner is not None:
+            await inner(result, elapsed)
+        if _suspended(result) is not None:
+            return
+        async with run.lock:
+            tool_state = dict(run.state.tool_state)
+            in_flight = dict(tool_state.get(IN_FLIGHT) or {"assistant_id": assistant_id, "results": []})
+            in_flight["results"] = [*in_flight.get("results", ()), result.to_dict()]
+            tool_state[IN_FLIGHT] = in_flight
+            run.set_field("tool_state", tool_state)
+            await run.checkpoint()
+
+    return record
 
 
 def _skip_suspended(on_result: OnResult) -> OnResult:
@@ -148,6 +171,8 @@ async def _settle(
 ) -> Msg | None:
     if results:
         run.add_messages(Msg(role="user", content=list(results)))
+    if run.state.tool_state and "in_flight" in run.state.tool_state:
+        run.set_field("tool_state", {k: v for k, v in run.state.tool_state.items() if k != "in_flight"})
     if pending:
         run.set_field("pending", {"reply_id": run.reply_id, "calls": pending})
         await run.checkpoint()

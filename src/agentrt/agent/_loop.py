@@ -23,6 +23,7 @@ from agentrt.message import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    block_from_dict,
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import GenerateOptions, ModelRequest, ToolSchema
@@ -39,6 +40,8 @@ MAX_ITERS_PROMPT = (
     "best result you can give from what you have so far, and say briefly what remains undone."
 )
 INTERRUPTED_RESULT = "The tool call was interrupted before it finished."
+IN_FLIGHT = "in_flight"
+"""`AgentState.tool_state` key holding results of a batch that is still running (crash safety)."""
 DANGLING_RESULT = "The tool call did not complete: the previous run stopped before its result was recorded."
 _NONE_CHOICE = GenerateOptions(tool_choice="none")
 _CALL_GENERATE = (
@@ -124,25 +127,26 @@ async def run_call(agent: ReActAgent, run: Run) -> Msg:
 
 
 async def _call_core(agent: ReActAgent, run: Run) -> Msg:
+    run.options = agent.options
+    spec = None
+    if run.output is not None:  # resolved before anything is saved: a bad output= changes nothing
+        spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
+        if spec.mode == "native":
+            run.options = agent.options.merge(GenerateOptions(response_format=spec.response_format()))
     await run.load()
-    _repair_dangling(run)
+    tools = agent.toolkit.tools
+    active = frozenset(run.state.active_groups) if run.state.active_groups is not None else None
+    executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
     resuming = run.state.pending is not None
     if not resuming:
+        await _repair_dangling(run, executor)
         if run.input:
             run.add_messages(*run.input)
         await run.checkpoint()
     system = await _system_message(agent, run)
-    run.options = agent.options
-    if run.output is not None:
-        spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
-        if spec.mode == "native":
-            run.options = agent.options.merge(GenerateOptions(response_format=spec.response_format()))
-        elif spec.mode == "prompted":
-            base = system.text + "\n\n" if system is not None else ""
-            system = Msg.system(base + spec.prompt())
-    tools = agent.toolkit.tools
-    active = frozenset(run.state.active_groups) if run.state.active_groups is not None else None
-    executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
+    if spec is not None and spec.mode == "prompted":
+        base = system.text + "\n\n" if system is not None else ""
+        system = Msg.system(base + spec.prompt())
     try:
         if run.interrupt_requested:
             raise _Interrupt
@@ -168,12 +172,42 @@ async def _save_on_cancel(run: Run) -> None:
     await run.checkpoint()
 
 
-def _repair_dangling(run: Run) -> None:
-    # A previous run that died between a tool-call reply and its results left calls without
-    # results; providers reject such histories, so record them as not completed.
-    if run.state.pending:
+async def _repair_dangling(run: Run, executor: ToolExecutor) -> None:
+    """Give the calls a dead run left without results their results.
+
+    Results the dead run recorded while its batch was in flight are kept (a completed tool never
+    runs twice); calls of idempotent tools are run again; the rest are reported as interrupted,
+    since providers reject histories with unanswered tool calls.
+    """
+    in_flight = run.state.tool_state.get(IN_FLIGHT) if run.state.tool_state else None
+    messages = run.state.messages
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    if in_flight is not None:
+        tool_state = {k: v for k, v in run.state.tool_state.items() if k != IN_FLIGHT}
+        run.set_field("tool_state", tool_state)
+    if last is None or not last.tool_calls:
         return
-    _close_dangling(run, DANGLING_RESULT, "interrupted")
+    answered = {b.id for m in messages[messages.index(last) + 1 :] for b in m.blocks(ToolResultBlock)}
+    missing = [c for c in last.tool_calls if c.id not in answered]
+    if not missing:
+        return
+    recorded: dict[str, ToolResultBlock] = {}
+    if in_flight is not None and in_flight.get("assistant_id") == last.id:
+        for raw in in_flight.get("results") or ():
+            block = block_from_dict(raw)
+            if isinstance(block, ToolResultBlock):
+                recorded[block.id] = block
+    results: list[ToolResultBlock] = []
+    for call in missing:
+        if call.id in recorded:
+            results.append(recorded[call.id])
+            continue
+        tool = executor.lookup(call.name)
+        if tool is not None and tool.idempotent and not tool.external:
+            results.append(await executor.execute(call))
+        else:
+            results.append(ToolResultBlock(id=call.id, name=call.name, output=DANGLING_RESULT, state="interrupted"))
+    run.add_messages(Msg(role="user", content=list(results)))
 
 
 def _close_dangling(run: Run, text: str, state: str) -> None:

@@ -33,6 +33,7 @@ class Run:
     __slots__ = (
         "_block_seq",
         "_dirty",
+        "_lock",
         "_state",
         "_unsaved",
         "agent",
@@ -80,6 +81,7 @@ class Run:
         self._unsaved: list[Msg] = []
         self._dirty: dict[str, Any] | None = None
         self._block_seq = 0
+        self._lock: asyncio.Lock | None = None
 
     # -- events -------------------------------------------------------------------------------------
     @property
@@ -107,6 +109,14 @@ class Run:
         self.usage = usage if self.usage is None else self.usage + usage
 
     # -- state ----------------------------------------------------------------------------------------
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Serialises checkpoints made from concurrently finishing tool calls."""
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = asyncio.Lock()
+        return lock
+
     @property
     def state(self) -> AgentState:
         """The session's state as this call sees it (loaded at the start of the call)."""

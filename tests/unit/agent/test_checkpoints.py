@@ -1,0 +1,94 @@
+"""Step checkpoints: what a crash leaves behind, and how the next call recovers from it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
+from agentrt.model import ScriptedModel
+from agentrt.state import InMemoryStateStore
+
+CTX = RuntimeContext(user_id="u", session_id="s")
+runs: list[str] = []
+
+
+@tool(read_only=True)
+async def fast(tag: str) -> str:
+    """Finishes at once."""
+    runs.append(f"fast {tag}")
+    return f"fast {tag}"
+
+
+@tool(read_only=True, idempotent=True)
+async def lookup(key: str) -> str:
+    """Safe to repeat."""
+    runs.append(f"lookup {key}")
+    return f"value of {key}"
+
+
+@tool(read_only=True)
+async def charge(amount: int) -> str:
+    """Not safe to repeat."""
+    runs.append(f"charge {amount}")
+    return "charged"
+
+
+async def test_each_result_of_a_parallel_batch_is_checkpointed_as_it_lands() -> None:
+    release = asyncio.Event()
+    store = InMemoryStateStore()
+
+    @tool(read_only=True)
+    async def slow() -> str:
+        """Waits."""
+        await release.wait()
+        return "slow done"
+
+    model = ScriptedModel(
+        [[ToolUseBlock(id="a", name="fast", input={"tag": "1"}), ToolUseBlock(id="b", name="slow")], "ok"]
+    )
+    agent = ReActAgent("bot", model=model, toolkit=Toolkit([fast, slow]), state_store=store)
+    task = asyncio.create_task(agent.call("go", CTX))
+    for _ in range(100):
+        state = await store.load("u", "s")
+        if state is not None and state.tool_state.get("in_flight"):
+            break
+        await asyncio.sleep(0.01)
+    assert state is not None
+    in_flight = state.tool_state["in_flight"]
+    assert [r["id"] for r in in_flight["results"]] == ["a"]
+    assert in_flight["assistant_id"] == state.messages[-1].id
+    release.set()
+    assert (await task).text == "ok"
+    final = await store.load("u", "s")
+    assert final is not None and "in_flight" not in final.tool_state
+
+
+async def test_recovery_keeps_recorded_results_reruns_idempotent_tools_and_interrupts_the_rest() -> None:
+    runs.clear()
+    store = InMemoryStateStore()
+    calls = [
+        ToolUseBlock(id="done", name="fast", input={"tag": "x"}),
+        ToolUseBlock(id="again", name="lookup", input={"key": "k"}),
+        ToolUseBlock(id="risky", name="charge", input={"amount": 5}),
+    ]
+    assistant = Msg(role="assistant", content=list(calls))
+    recorded = ToolResultBlock(id="done", name="fast", output="fast x (recorded before the crash)")
+    await store.append(
+        "u",
+        "s",
+        [Msg.user("pay"), assistant],
+        fields={"tool_state": {"in_flight": {"assistant_id": assistant.id, "results": [recorded.to_dict()]}}},
+        expected_revision=0,
+    )
+    model = ScriptedModel(["recovered"])
+    agent = ReActAgent("bot", model=model, toolkit=Toolkit([fast, lookup, charge]), state_store=store)
+    assert (await agent.call("continue", CTX)).text == "recovered"
+    assert runs == ["lookup k"]  # the finished tool did not run twice; the risky one did not run at all
+    by_id: dict[str, Any] = {b.id: b for m in model.requests[0].messages for b in m.blocks(ToolResultBlock)}
+    assert by_id["done"].output == "fast x (recorded before the crash)"
+    assert by_id["again"].output == "value of k" and by_id["again"].state == "success"
+    assert by_id["risky"].state == "interrupted"
+    state = await store.load("u", "s")
+    assert state is not None and "in_flight" not in state.tool_state
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "user", "assistant"]
