@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# Agents built without a state store use the process-wide default store; in tests it lives in
+# memory rather than in ~/.agentrt/state.db. Tests of the default itself set the variable.
+os.environ.setdefault("AGENTRT_STATE_URL", "memory://")
+
 
 @pytest.fixture(autouse=True)
 def _no_api_keys(monkeypatch: pytest.MonkeyPatch) -> None:

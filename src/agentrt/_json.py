@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,15 +60,17 @@ if _orjson is not None:
         """Serialise to a compact JSON string."""
         return dumps_bytes(value).decode()
 
-    _BIG_INT = re.compile(r"\d{19,}")
-    _BIG_INT_BYTES = re.compile(rb"\d{19,}")
+    # Digits map to "0", everything else to " ": a run of 19 zeros means a 19+ digit number. This
+    # scan costs about as much as orjson's parse itself (a regex costs ten times more).
+    _DIGIT_MASK = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+    _NINETEEN = b"0" * 19
 
     def loads(data: str | bytes | bytearray | memoryview) -> Any:
         """Parse JSON text (integers beyond 64 bits, which orjson reads as floats, stay exact)."""
-        pattern = _BIG_INT if isinstance(data, str) else _BIG_INT_BYTES
-        if pattern.search(data):  # type: ignore[arg-type]
-            return json.loads(bytes(data) if isinstance(data, memoryview) else data)
-        return _orjson.loads(data)
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        if len(raw) >= 19 and _NINETEEN in raw.translate(_DIGIT_MASK):
+            return json.loads(raw)
+        return _orjson.loads(raw)
 
 else:  # pragma: no cover
 

@@ -4,6 +4,7 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
 
 - ``agentrt demo [QUESTION]``: the offline demo (a scripted planner model, the real built-in
   tools and runtime) printing the ReAct trace.
+- ``agentrt sessions list|show|export|delete --store URL --user ID``: inspect stored sessions.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -57,6 +58,9 @@ def build_app() -> "typer.Typer":
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
 
+    from agentrt._cli_sessions import build_sessions_app
+
+    app.add_typer(build_sessions_app(), name="sessions")
     return app
 
 

@@ -116,10 +116,10 @@ def output_spec(output: Any, model: ChatModel, mode: OutputMode = "auto") -> Out
     name = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "output"
     chosen: Literal["native", "tool", "prompted"]
     if mode == "auto":
-        kind = type(model)
-        if kind.supports_structured_output:
+        # Instance attributes: wrappers (retry, fallback, text protocol) report their inner model's facts.
+        if getattr(model, "supports_structured_output", False) is True:
             chosen = "native"
-        elif kind.supports_native_tools:
+        elif getattr(model, "supports_native_tools", True) is True and not getattr(model, "tools_via_text", False):
             chosen = "tool"
         else:
             chosen = "prompted"

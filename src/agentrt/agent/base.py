@@ -27,12 +27,15 @@ _END: Any = object()
 
 
 def default_store() -> AgentStateStore:
-    """The process-wide store used by agents built without one."""
+    """The process-wide store of agents built without one, opened on first use.
+
+    SQLite at ``~/.agentrt/state.db`` unless ``AGENTRT_STATE_URL`` says otherwise (e.g. ``memory://``).
+    """
     global _default_store
     if _default_store is None:
-        from agentrt.state.stores.memory import InMemoryStateStore
+        from agentrt.state import default_state_url, store_from_url
 
-        _default_store = InMemoryStateStore()
+        _default_store = store_from_url(default_state_url())
     return _default_store
 
 

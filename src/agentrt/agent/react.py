@@ -48,11 +48,14 @@ class ReActAgent(AgentBase):
         output_mode: How `call(..., output=...)` gets structured output: ``"auto"``, ``"native"``,
             ``"tool"`` or ``"prompted"``.
         output_retries: Invalid structured answers sent back to the model before `StructuredOutputError`.
+        tool_calling: ``"native"`` tool calls, ``"text"`` (the Thought / Action / Final Answer protocol
+            for models without tool calling), or ``"auto"``: text when the model has no native tools.
     """
 
     __slots__ = (
         "_chains",
         "_model",
+        "_model_ready",
         "_system_msg",
         "conflict_policy",
         "max_iters",
@@ -62,6 +65,7 @@ class ReActAgent(AgentBase):
         "output_retries",
         "permission",
         "sys_prompt",
+        "tool_calling",
         "toolkit",
     )
 
@@ -82,6 +86,7 @@ class ReActAgent(AgentBase):
         conflict_policy: Literal["merge", "fail"] = "merge",
         output_mode: OutputMode = "auto",
         output_retries: int = 2,
+        tool_calling: Literal["auto", "native", "text"] = "auto",
     ) -> None:
         super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
         if model is None:
@@ -112,22 +117,39 @@ class ReActAgent(AgentBase):
         if output_retries < 0:
             raise UserError(f"output_retries must be >= 0, not {output_retries!r}")
         self.output_retries = output_retries
+        if tool_calling not in ("auto", "native", "text"):
+            raise UserError(f"tool_calling must be 'auto', 'native' or 'text', not {tool_calling!r}")
+        self.tool_calling = tool_calling
+        self._model_ready = False
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
 
     @property
     def model(self) -> ChatModel:
-        """The chat model (an id given at construction is resolved here, once)."""
+        """The chat model, resolved once.
+
+        An id given at construction is resolved here, and a model without native tool calling is
+        wrapped in the text tool protocol (see `tool_calling`).
+        """
         model = self._model
+        if self._model_ready:
+            return model  # type: ignore[return-value]
         if isinstance(model, str):
             from agentrt.model.registry import model_from_id
 
-            model = self._model = model_from_id(model)
+            model = model_from_id(model)
+        if self.tool_calling == "text" or (self.tool_calling == "auto" and not model.supports_native_tools):
+            from agentrt.model.text_protocol import ensure_tool_calling
+
+            model = ensure_tool_calling(model, self.tool_calling)
+        self._model = model
+        self._model_ready = True
         return model
 
     @model.setter
     def model(self, model: ChatModel | str) -> None:
         self._model = model
+        self._model_ready = False
 
     async def _execute(self, run: Run) -> Msg:
         return await _loop.run_call(self, run)

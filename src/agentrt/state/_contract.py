@@ -50,7 +50,10 @@ def _sample_messages(tag: str) -> list[Msg]:
                 ToolResultBlock(
                     id=call.id,
                     name="search",
-                    output=[TextBlock(text="result"), ImageBlock(source=Base64Source(media_type="image/png", data="iVBO"))],
+                    output=[
+                        TextBlock(text="result"),
+                        ImageBlock(source=Base64Source(media_type="image/png", data="iVBO")),
+                    ],
                     state="success",
                 )
             ],
@@ -67,21 +70,22 @@ async def _expect_conflict(action: Awaitable[Any], what: str) -> None:
     raise AssertionError(f"{what}: expected StateConflictError")
 
 
-async def check_state_store(factory: StoreFactory) -> None:
+async def check_state_store(factory: StoreFactory, *, persistent: bool = False) -> None:
     """Run the store contract against stores made by `factory` (sync or async, returning a fresh store).
 
-    Raises AssertionError naming the first broken rule. Every check uses its own random user ids,
-    so the suite can run against a shared database.
+    With ``persistent=True`` a second store made by `factory` must see what the first one wrote
+    (files, databases, Redis). Raises AssertionError naming the first broken rule. Every check
+    uses its own random user ids, so the suite can run against a shared database.
     """
     store = await _make(factory)
     try:
-        await _run_checks(store, factory)
+        await _run_checks(store, factory, persistent)
     finally:
         await store.close()
         await store.close()  # closing twice must be harmless
 
 
-async def _run_checks(store: AgentStateStore, factory: StoreFactory) -> None:
+async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent: bool) -> None:
     run = uuid.uuid4().hex[:8]
     user = f"user-{run}"
     other = f"other-{run}"
@@ -154,7 +158,23 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory) -> None:
     assert await store.list_sessions(f"nobody-{run}") == [], "an unknown user has no sessions"
 
     # awkward ids never collide or escape
-    awkward = ["../../etc/passwd", "a/b", "a\\b", "spaced id", "ünïcødé-会话", "x" * 200, ".", "..", "a:b"]
+    awkward = [
+        "../../etc/passwd",
+        "a/b",
+        "a\\b",
+        "spaced id",
+        "ünïcødé-会话",
+        "x" * 200,
+        ".",
+        "..",
+        "a:b",
+        # ids that case- or accent-insensitive collations would merge must stay distinct
+        "Case",
+        "case",
+        "case ",
+        "cäse",
+        "emoji-😀",
+    ]
     for i, sid in enumerate(awkward):
         await store.append(user, sid, [Msg.user(f"awkward {i}")], expected_revision=0)
     for i, sid in enumerate(awkward):
@@ -228,14 +248,11 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory) -> None:
 
     # a second store instance sees the same data (persistent backends) or is independent (in-memory)
     second_store = await _make(factory)
-    async with second_store if hasattr(second_store, "__aenter__") else _null():  # type: ignore[attr-defined]
+    try:
         seen = await second_store.load(user, "s1")
+    finally:
+        await second_store.close()
+    if persistent:
+        assert seen is not None and seen.messages == msgs[:1], "a second store must see what the first wrote"
+    else:
         assert seen is None or seen.messages == msgs[:1], "a second store must see consistent data"
-
-
-class _null:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from agentrt.message import Msg
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
@@ -108,7 +109,9 @@ class AgentStateStore(Protocol):
         """The user's sessions, most recently updated first."""
         ...
 
-    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> Any:
+    def session_lock(
+        self, user_id: str, session_id: str, *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[Any]:
         """An async context manager serialising calls on one session (across processes if shared)."""
         ...
 
@@ -163,7 +166,7 @@ class BaseStateStore(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release what the store opened (idempotent)."""
 
-    async def __aenter__(self) -> BaseStateStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

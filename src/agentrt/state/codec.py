@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentrt import _json
-from agentrt.errors import StateStoreError
+from agentrt.errors import StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import SCHEMA_VERSION, STATE_FIELDS, AgentState
 
@@ -63,7 +63,7 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in fields.items():
         if name not in STATE_FIELDS:
-            raise StateStoreError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
+            raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
         out[name] = _json.jsonable(value)
     return out
 

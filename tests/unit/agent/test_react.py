@@ -706,3 +706,23 @@ async def test_usage_is_summed_over_the_call() -> None:
     model = ScriptedModel([call("add", a=1, b=2), "3"], usage=TokenUsage(input_tokens=10, output_tokens=2))
     reply = await make_agent(model, add).call("go")
     assert reply.usage == TokenUsage(input_tokens=20, output_tokens=4)
+
+
+async def test_text_tool_calling_drives_a_text_only_model() -> None:
+    from typing import ClassVar
+
+    class TextOnly(ScriptedModel):
+        supports_native_tools: ClassVar[bool] = False
+
+    model = TextOnly(
+        [
+            'Thought: I need to add.\nAction: add\nAction Input: {"a": 2, "b": 40}',
+            "Thought: done\nFinal Answer: 42",
+        ]
+    )
+    agent = make_agent(model, add)  # tool_calling="auto" wraps it in the text protocol
+    reply = await agent.call("add 2 and 40")
+    assert reply.text == "42"
+    assert model.requests[0].tools == []  # the inner model never sees native tool schemas
+    assert "add" in model.requests[0].messages[0].text  # the tool list is in the system prompt
+    assert "Observation" in model.requests[1].messages[-1].text

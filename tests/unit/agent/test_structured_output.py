@@ -122,7 +122,7 @@ async def test_prompted_mode_puts_the_schema_in_the_system_prompt() -> None:
     assert reply.structured() == {"title": "Alien", "year": 1979}
     system = model.requests[0].messages[0].text
     assert system.startswith("sys") and '"title"' in system and "JSON Schema" in system
-    assert model.requests[0].tools  # tools still offered (the text protocol would render them)
+    assert "lookup" in system  # the text tool protocol lists the tools in the prompt
 
 
 async def test_json_schema_dict_output() -> None:

@@ -37,6 +37,10 @@ class InMemoryStateStore(BaseStateStore):
         expected_revision: int,
     ) -> int:
         """Append messages and set fields if `expected_revision` is current."""
+        if fields:
+            unknown = [name for name in fields if name not in STATE_FIELDS]
+            if unknown:
+                raise UserError(f"unknown AgentState field {unknown[0]!r}; known: {', '.join(STATE_FIELDS)}")
         key = (user_id, session_id)
         stored = self._sessions.get(key)
         current = 0 if stored is None else stored.revision
@@ -49,8 +53,6 @@ class InMemoryStateStore(BaseStateStore):
         stored.messages.extend(messages)
         if fields:
             for name, value in fields.items():
-                if name not in STATE_FIELDS:
-                    raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
                 setattr(stored, name, _copy_value(value))
         stored.revision = current + 1
         stored.updated_at = time.time()

@@ -1,0 +1,170 @@
+"""Checkpoint cost of each state store as the conversation grows.
+
+For every backend and every conversation length L in (10, 100, 1,000, 10,000 messages) it
+prefills a session with L messages, then measures:
+  * step: one checkpoint as the agent makes it (append of 2 messages + one changed field,
+    with the expected revision), median over 200 steps;
+  * load: loading the whole session (L messages);
+and the steps per second of one session appended in a tight loop.
+Backends that need a service (Redis, PostgreSQL, MariaDB) are skipped when it is not reachable.
+
+Prints a table and writes benchmarks/results/state.json.
+Run: `.venv/bin/python benchmarks/state.py [--quick] [--backends sqlite,redis,...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
+from agentrt.state import store_from_url
+
+RESULTS = Path(__file__).parent / "results"
+TMP = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))
+BACKENDS: dict[str, tuple[str, tuple[str, int] | None]] = {
+    "memory": ("memory://", None),
+    "sqlite": (f"sqlite:///{TMP / 'state.db'}", None),
+    "jsonfile": (f"file://{TMP / 'json'}", None),
+    "redis": ("redis://127.0.0.1:6379/0", ("127.0.0.1", 6379)),
+    "postgres": ("postgresql+asyncpg://postgres@127.0.0.1:5432/test", ("127.0.0.1", 5432)),
+    "mariadb": ("mysql+asyncmy://root@127.0.0.1:3306/test", ("127.0.0.1", 3306)),
+}
+
+
+def _reachable(addr: tuple[str, int] | None) -> bool:
+    if addr is None:
+        return True
+    try:
+        with socket.create_connection(addr, timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _step_messages(i: int) -> list[Msg]:
+    call = ToolUseBlock(id=f"c{i}", name="get_weather", input={"city": "Paris"})
+    return [
+        Msg(role="assistant", content=[call], name="bench", usage=TokenUsage(input_tokens=120, output_tokens=12)),
+        Msg(role="user", content=[ToolResultBlock(id=call.id, name=call.name, output="Sunny, 22 C in Paris.")]),
+    ]
+
+
+def _options(name: str) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:8]
+    if name == "redis":
+        return {"prefix": f"bench-{tag}"}
+    if name in ("postgres", "mariadb"):
+        return {"table_prefix": f"bench_{tag}_"}
+    return {}
+
+
+async def _drop(store: Any, name: str) -> None:
+    # Leave nothing behind in shared services.
+    if name == "redis":
+        client = getattr(store, "_client", None) or getattr(store, "client", None)
+        prefix = getattr(store, "prefix", None)
+        if client is not None and prefix:
+            async for key in client.scan_iter(match=f"{prefix}*"):
+                await client.delete(key)
+    if name in ("postgres", "mariadb") and hasattr(store, "drop_tables"):
+        await store.drop_tables()
+
+
+async def bench_backend(name: str, url: str, lengths: tuple[int, ...], steps: int) -> dict[str, Any]:
+    store = store_from_url(url, **_options(name))
+    out: dict[str, Any] = {"backend": name, "lengths": {}}
+    try:
+        for length in lengths:
+            session = f"len-{length}-{uuid.uuid4().hex[:6]}"
+            revision = 0
+            batch = [m for i in range(length // 2) for m in _step_messages(i)][:length]
+            for start in range(0, len(batch), 500):
+                revision = await store.append("bench", session, batch[start : start + 500], expected_revision=revision)
+            samples = []
+            for i in range(steps):
+                msgs = _step_messages(length + i)
+                t0 = time.perf_counter()
+                revision = await store.append(
+                    "bench", session, msgs, fields={"tool_state": {"step": i}}, expected_revision=revision
+                )
+                samples.append(time.perf_counter() - t0)
+            loads = []
+            for _ in range(5 if length >= 10_000 else 20):
+                t0 = time.perf_counter()
+                state = await store.load("bench", session)
+                loads.append(time.perf_counter() - t0)
+                assert state is not None and len(state.messages) == length + 2 * steps
+            out["lengths"][length] = {
+                "step_ms": statistics.median(samples) * 1e3,
+                "step_p99_ms": sorted(samples)[int(len(samples) * 0.99) - 1] * 1e3,
+                "load_ms": statistics.median(loads) * 1e3,
+            }
+        session = f"rate-{uuid.uuid4().hex[:6]}"
+        revision = 0
+        n = steps * 2
+        t0 = time.perf_counter()
+        for i in range(n):
+            revision = await store.append("bench", session, _step_messages(i), expected_revision=revision)
+        out["steps_per_s"] = n / (time.perf_counter() - t0)
+    finally:
+        await _drop(store, name)
+        await store.close()
+    return out
+
+
+def table(rows: list[dict[str, Any]], lengths: tuple[int, ...]) -> str:
+    head = ["backend"] + [f"step@{n:,}" for n in lengths] + [f"load@{n:,}" for n in lengths] + ["steps/s"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        cells = [r["backend"]]
+        cells += [f"{r['lengths'][n]['step_ms']:.3f} ms" for n in lengths]
+        cells += [f"{r['lengths'][n]['load_ms']:.2f} ms" for n in lengths]
+        cells.append(f"{r['steps_per_s']:,.0f}")
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+async def main_async(names: list[str], quick: bool) -> list[dict[str, Any]]:
+    lengths = (10, 100, 1000) if quick else (10, 100, 1000, 10000)
+    steps = 50 if quick else 200
+    rows = []
+    for name in names:
+        url, addr = BACKENDS[name]
+        if not _reachable(addr):
+            print(f"skip {name}: service not reachable")
+            continue
+        try:
+            rows.append(await bench_backend(name, url, lengths, steps))
+        except ImportError as exc:
+            print(f"skip {name}: {exc}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    args = parser.parse_args()
+    names = [n.strip() for n in args.backends.split(",") if n.strip()]
+    rows = asyncio.run(main_async(names, args.quick))
+    lengths = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
+    print(table(rows, lengths))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "state.json"
+    out.write_text(json.dumps({"python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows}, indent=2))
+    print(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1617 @@
+"""The text tool protocol: tool calling for chat models that have none.
+
+`TextProtocolModel` wraps any `ChatModel`. When tools are offered it describes them, with the
+ReAct format (``Thought`` / ``Action`` / ``Action Input`` / ``Final Answer``), in the system
+prompt, asks the inner model for plain text, and turns the reply back into the chunks a model
+with native tool calling streams: the thought as thinking, each action as a tool call, the final
+answer as text. History is converted the other way, so the inner model reads its earlier tool
+calls as ``Action`` lines and their results as ``Observation`` lines.
+
+`parse_react` is the tolerant parser behind it. Real models drift from any format, so it accepts
+chatter before the first label, labels on one line, numbered or bold labels, Chinese labels and
+full-width colons, JSON with comments, trailing commas, single or curly quotes, code fences, a
+missing or bare-string ``Action Input``, LangChain-style JSON blobs, ``<tool_call>`` tags,
+``<think>`` reasoning, ReAct-paper ``Search[query]`` actions and Python-style ``tool(a=1)`` calls.
+It never raises: what it cannot read comes back in `ReactParse.error`, and the wrapper re-asks the
+model with a short correction.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from agentrt import _json
+from agentrt.errors import UserError
+from agentrt.message import (
+    ContentBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from agentrt.model._accumulate import _merge_usage
+from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+
+__all__ = [
+    "ReactParse",
+    "TextProtocolModel",
+    "ensure_tool_calling",
+    "parse_react",
+    "render_tool_prompt",
+]
+
+logger = logging.getLogger(__name__)
+
+ToolCallingMode = Literal["native", "text", "auto"]
+ToolsArg = Sequence[ToolSchema] | Mapping[str, ToolSchema] | None
+
+# --------------------------------------------------------------------------------------------------
+# labels
+# --------------------------------------------------------------------------------------------------
+# Strong labels may also appear mid-line ("Thought: ... Action: search"); weak ones only at the
+# start of a line, because as ordinary words they are too common.
+_SEP = r"[ \t_\-]?"
+_STRONG = {
+    "input": (
+        rf"action{_SEP}inputs?|action{_SEP}args|action{_SEP}arguments|action{_SEP}parameters|tool{_SEP}input"
+        r"|行动输入|动作输入|操作输入|工具输入|✿ARGS✿"
+    ),
+    "final": (
+        rf"final{_SEP}answer|final{_SEP}response|final{_SEP}reply|finish"
+        r"|最终答案|最终回答|最终回复|最后答案|最终结果|✿RETURN✿"
+    ),
+    "action": rf"action|tool{_SEP}call|行动|动作|✿FUNCTION✿",
+    "thought": r"thought|思考|✿THOUGHT✿",
+    "obs": r"observations?|观察结果|观察|✿RESULT✿",
+}
+_WEAK = {
+    "winput": rf"inputs?|arguments|args|parameters|params|tool{_SEP}args|tool{_SEP}arguments|参数|输入|工具参数",
+    "wfinal": r"answer|答案|回答",
+    "waction": rf"tool{_SEP}name|tool|function|工具|操作|调用",
+    "wthought": r"thinking|reasoning|思路|想法|推理",
+}
+_KIND = {
+    "input": "input",
+    "final": "final",
+    "action": "action",
+    "thought": "thought",
+    "obs": "obs",
+    "winput": "input",
+    "wfinal": "final",
+    "waction": "action",
+    "wthought": "thought",
+}
+_LABELS = "|".join(f"(?P<{name}>{pattern})" for name, pattern in (*_STRONG.items(), *_WEAK.items()))
+_MARKER = re.compile(
+    r"(?<![\w])(?:\*\*|__)?(?:" + _LABELS + r")"
+    r"(?:[ \t]*\d{1,3})?"  # "Action 2:" (the ReAct paper numbers its steps)
+    r"(?:[ \t]*\([^()\n]{0,60}\))?"  # "Observation (get_weather):"
+    r"(?:\*\*|__)?[ \t]*[:：](?:[ \t]*(?:\*\*|__)(?!\w))?",  # noqa: RUF001
+    re.IGNORECASE,
+)
+_LINE_LEAD = re.compile(r"[ \t]*(?:(?:[-*+>#]+|\d{1,2}[.)])[ \t]*)*")
+_FINAL_HINT = re.compile(
+    r"(?:final[ \t_\-]?\w*|finish|answer|最终\w{0,2}|答案|回答|✿RETURN✿)[ \t]*(?:\*\*|__)?[ \t]*[:：]",  # noqa: RUF001
+    re.I,
+)
+
+# Control tokens a misconfigured server lets through (ChatML, Llama 3, Mistral, Gemma, ...).
+_END_TOKENS = re.compile(r"<\|(?:im_end|eot_id|eom_id|endoftext|end)\|>|<end_of_turn>|</s>")
+_SPECIAL_TOKENS = re.compile(r"<\|[A-Za-z0-9_.\-]{1,32}\|>|\[TOOL_CALLS\]")
+_THINK_TAGS = re.compile(r"<(think|thinking|reasoning|thought)>(.*?)(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+_FUNCTION_TAG = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*(?:</function>|\Z)", re.DOTALL)
+_NAME = re.compile(r"[ \t]*[`\"'*\[“‘]*[ \t]*([^\s`\"'*\[\](){}:：,;，；“”‘’]+)[`\"'*\]”’]*")  # noqa: RUF001
+_IDENT = re.compile(r"[\w.\-/]+")
+_FENCE_OPEN = re.compile(r"[ \t]*(?:```|~~~)[^\n`]*\n")
+
+_FINISH_NAMES = frozenset(
+    (
+        "final answer",
+        "final_answer",
+        "finalanswer",
+        "final-answer",
+        "finish",
+        "final",
+        "answer",
+        "final response",
+        "final_response",
+        "最终答案",
+        "答案",
+    )
+)
+_NULL_NAMES = frozenset(
+    ("", "none", "null", "n/a", "na", "nil", "no action", "no_action", "no tool", "nothing", "无", "没有", "不需要")
+)
+_EMPTY_INPUTS = frozenset(
+    ("", "none", "null", "n/a", "na", "nil", "{}", "()", "[]", "no input", "nothing", "无", "空", "(none)", "{ }")
+)
+_NAME_KEYS = ("action", "name", "tool", "tool_name", "function", "action_name", "tool_call", "command")
+_INPUT_KEYS = (
+    "action_input",
+    "arguments",
+    "args",
+    "parameters",
+    "input",
+    "tool_input",
+    "params",
+    "actionInput",
+    "action_args",
+    "kwargs",
+)
+_ANSWER_KEYS = ("answer", "final_answer", "response", "text", "output", "content", "result", "message")
+_OPENERS = {"{": "}", "[": "]", "(": ")"}
+_QUOTE_PAIRS = {'"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』"}  # noqa: RUF001
+
+
+# --------------------------------------------------------------------------------------------------
+# the parse result
+# --------------------------------------------------------------------------------------------------
+@dataclass(slots=True, kw_only=True)
+class ReactParse:
+    """What a text-protocol reply says.
+
+    Exactly one outcome is meaningful: `actions` (tool calls to run), `final_answer` (the reply to
+    the user) or `error` (the reply could not be read; the message says why, for the correction
+    prompt). `thought` is the reasoning that came before, possibly empty.
+    """
+
+    thought: str = ""
+    actions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    final_answer: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the reply was read (actions or a final answer, no error)."""
+        return self.error is None
+
+
+# --------------------------------------------------------------------------------------------------
+# lenient JSON
+# --------------------------------------------------------------------------------------------------
+def _label_line_follows(text: str, nl: int) -> bool:
+    """Whether the line after the newline at `nl` starts with a strong label (a value never runs past one)."""
+    lead = _LINE_LEAD.match(text, nl + 1)
+    m = _MARKER.match(text, lead.end() if lead is not None else nl + 1)
+    return m is not None and not (m.lastgroup or "w").startswith("w")
+
+
+def _string_end(text: str, i: int) -> int:
+    """Index just past the quoted string that starts at `i` (or -1 when it never closes)."""
+    close = _QUOTE_PAIRS[text[i]]
+    j = i + 1
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == close:
+            return j + 1
+        if c == "\n" and (close in "'‘" or _label_line_follows(text, j)):  # noqa: RUF001
+            return -1  # an apostrophe, or a string that never closed before the next label
+        j += 1
+    return -1
+
+
+def _balanced_end(text: str, i: int) -> int:
+    """Index just past the bracketed value starting at `i`, aware of strings and comments; -1 if open."""
+    closers: list[str] = []
+    j = i
+    n = len(text)
+    while j < n:
+        c = text[j]
+        if c in _OPENERS:
+            closers.append(_OPENERS[c])
+        elif c in "}])":
+            if not closers or closers.pop() != c:
+                return -1  # mismatched: let the line-based fallback decide
+            if not closers:
+                return j + 1
+        elif c in _QUOTE_PAIRS:
+            end = _string_end(text, j)
+            if end < 0:
+                if c in "'‘":  # noqa: RUF001 - a stray apostrophe: read on
+                    j += 1
+                    continue
+                return -1
+            j = end
+            continue
+        elif c == "/" and j + 1 < n and text[j + 1] in "/*":
+            if text[j + 1] == "/":
+                nl = text.find("\n", j)
+                j = n if nl < 0 else nl
+            else:
+                close = text.find("*/", j + 2)
+                j = n if close < 0 else close + 2
+            continue
+        elif c == "\n" and _label_line_follows(text, j):
+            return -1  # unclosed: the next label ends it (keeps a truncated value from costing O(n) each)
+        j += 1
+    return -1
+
+
+def _next_line_marker(text: str, i: int) -> int:
+    """Start of the next line that begins with a label, or the end of the text."""
+    for m in _MARKER.finditer(text, i):
+        if _accepted(text, m, pending_action=True) and _at_line_start(text, m.start()):
+            return m.start()
+    return len(text)
+
+
+def _value_end(text: str, i: int) -> int:
+    """End of the structured value (JSON, call arguments, code fence) starting at or after `i`.
+
+    Returns `i` when no structured value starts there. Unclosed values run to the next labelled
+    line, so a truncated JSON object does not swallow the labels after it.
+    """
+    n = len(text)
+    k = i
+    while k < n and text[k] in " \t\r\n":
+        k += 1
+    if k >= n:
+        return i
+    fenced = False
+    m = _FENCE_OPEN.match(text, k)
+    if m is not None:
+        fenced = True
+        k = m.end()
+        while k < n and text[k] in " \t\r\n":
+            k += 1
+        if k >= n:
+            return n
+    c = text[k]
+    if c == "`" and not fenced:
+        close = text.find("`", k + 1)
+        return i if close < 0 else close + 1
+    if c in "{[(":
+        end = _balanced_end(text, k)
+    elif c in _QUOTE_PAIRS and c not in "'‘":  # noqa: RUF001
+        end = _string_end(text, k)
+    elif fenced:
+        close = text.find("```", k)
+        return n if close < 0 else close + 3
+    else:
+        return i
+    if end < 0:
+        end = _next_line_marker(text, k)
+        while end > k and text[end - 1] in " \t\r\n":
+            end -= 1
+    if fenced:
+        j = end
+        while j < n and text[j] in " \t\r\n":
+            j += 1
+        if text.startswith(("```", "~~~"), j):
+            end = j + 3
+    return end
+
+
+def _strip_fences(s: str) -> str:
+    s = s.strip()
+    m = _FENCE_OPEN.match(s)
+    if m is not None:
+        s = s[m.end() :]
+        if s.rstrip().endswith(("```", "~~~")):
+            s = s.rstrip()[:-3]
+        s = s.strip()
+    elif s.startswith("`") and s.endswith("`") and len(s) > 1:
+        s = s.strip("`").strip()
+    return s
+
+
+def _loads(s: str) -> tuple[Any, bool]:
+    """Parse JSON however broken it is; returns (value, ok)."""
+    s = _strip_fences(s)
+    if not s:
+        return None, False
+    try:
+        return _json.loads(s), True
+    except ValueError:
+        pass
+    if s[0] in "{[" and ("'" in s or "True" in s or "None" in s or "False" in s):
+        try:
+            return ast.literal_eval(s), True
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            pass
+    if len(s) > _REPAIR_LIMIT or _nesting(s) > _MAX_NESTING:
+        return None, False  # pathological input: json-repair would recurse or crawl
+    try:
+        import json_repair
+    except ImportError:  # pragma: no cover - json-repair is a core dependency
+        return None, False
+    try:
+        value = json_repair.loads(s)
+    except Exception:
+        return None, False
+    if value == "" and s not in ('""', "''"):
+        return None, False
+    if s[0] == "{" and (not isinstance(value, dict) or (not value and "".join(s.split()) != "{}")):
+        return None, False
+    if isinstance(value, list) and s[0] == "{" and value and all(isinstance(v, dict) for v in value):
+        return value[0], True  # `{...} {...}`: json-repair reads two objects; take the first
+    return value, True
+
+
+_REPAIR_LIMIT = 200_000
+_MAX_NESTING = 64
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _nesting(s: str) -> int:
+    """Deepest bracket nesting (strings ignored: an upper bound is all that is needed)."""
+    depth = deepest = 0
+    for ch in _BRACKETS.findall(s):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _maybe_double_encoded(value: Any) -> Any:
+    if isinstance(value, str):
+        inner = value.strip()
+        if inner.startswith("{") and inner.endswith("}"):
+            parsed, ok = _loads(inner)
+            if ok and isinstance(parsed, dict):
+                return parsed
+    return value
+
+
+def _unquote(s: str) -> str:
+    s = s.strip()
+    if len(s) >= 2 and s[0] in _QUOTE_PAIRS and s[-1] == _QUOTE_PAIRS[s[0]]:
+        return s[1:-1]
+    if len(s) >= 2 and s[0] == "`" and s[-1] == "`":
+        return s.strip("`")
+    return s
+
+
+# --------------------------------------------------------------------------------------------------
+# the parser
+# --------------------------------------------------------------------------------------------------
+def _tool_index(tools: ToolsArg) -> dict[str, ToolSchema]:
+    if not tools:
+        return {}
+    if isinstance(tools, Mapping):
+        return dict(tools)
+    return {t.name: t for t in tools}
+
+
+def _at_line_start(text: str, start: int) -> bool:
+    line_start = text.rfind("\n", 0, start) + 1
+    return _LINE_LEAD.fullmatch(text, line_start, start) is not None
+
+
+def _cut(text: str, start: int) -> int:
+    """Where the section before a label ends: at the label's line start when only decoration precedes it."""
+    line_start = text.rfind("\n", 0, start) + 1
+    return line_start if _LINE_LEAD.fullmatch(text, line_start, start) is not None else start
+
+
+def _accepted(text: str, m: re.Match[str], *, pending_action: bool) -> bool:
+    group = m.lastgroup or ""
+    if group == "winput" and not pending_action:
+        return False
+    if _at_line_start(text, m.start()):
+        return True
+    if group.startswith("w"):
+        return False
+    label = m.group(group)
+    first = label[0]
+    if first.isascii() and first.isalpha():
+        return first.isupper()  # "... Action: x" yes, "... the action: x" no
+    return True
+
+
+class _Section:
+    __slots__ = ("end", "kind", "start", "weak")
+
+    def __init__(self, kind: str, start: int, end: int, weak: bool = False) -> None:
+        self.kind = kind
+        self.start = start
+        self.end = end
+        self.weak = weak
+
+
+def _action_value_start(text: str, i: int) -> int:
+    """Where an inline value starts after the tool name in an ``Action:`` line."""
+    n = len(text)
+    k = i
+    while k < n and text[k] in " \t":
+        k += 1
+    if k < n and (text[k] in "{[" or text.startswith(("```", "~~~"), k) or text[k] == "\n"):
+        return i  # the value (a JSON blob) starts right away
+    m = _NAME.match(text, k)
+    if m is None:
+        return i
+    k = m.end()
+    while k < n and text[k] in " \t:：,-":  # noqa: RUF001
+        k += 1
+    if k < n and text[k] == "\n":
+        # the JSON may start on the next line (a model that left out "Action Input:")
+        j = k + 1
+        while j < n and text[j] in " \t\r\n":
+            j += 1
+        if j < n and (text[j] == "{" or text.startswith(("```", "~~~"), j)):
+            return j
+        return i
+    return k
+
+
+def _scan(text: str) -> tuple[int, list[_Section]]:
+    """Split `text` at its labels; returns the length of the unlabelled prefix and the sections."""
+    sections: list[_Section] = []
+    pos = 0
+    prefix_end = -1
+    kind: str | None = None
+    weak = False
+    start = 0
+    seen_action = False
+    while True:
+        m = _MARKER.search(text, pos)
+        while m is not None and not _accepted(text, m, pending_action=kind == "action"):
+            m = _MARKER.search(text, m.start() + 1)
+        end = len(text) if m is None else _cut(text, m.start())
+        if kind is None:
+            prefix_end = end
+        else:
+            sections.append(_Section(kind, start, end, weak))
+        if m is None:
+            break
+        group = m.lastgroup or ""
+        kind = _KIND[group]
+        weak = group.startswith("w")
+        start = m.end()
+        if kind == "final":
+            sections.append(_Section("final", start, len(text)))
+            break
+        if kind == "obs" and seen_action:
+            break  # the model started to imagine the tool's result: nothing after it is real
+        if kind == "action":
+            seen_action = True
+            value_start = _action_value_start(text, start)
+            value_end = _value_end(text, value_start)
+            pos = value_end if value_end > value_start else start
+        elif kind == "input":
+            pos = _value_end(text, start)
+        else:
+            pos = start
+        pos = max(pos, start)
+    return (len(text) if prefix_end < 0 else prefix_end), sections
+
+
+def _resolve_name(raw: str, tools: dict[str, ToolSchema]) -> str:
+    """The tool a model meant by `raw` (exact, then case- and separator-insensitive)."""
+    if raw in tools or not tools:
+        return raw
+    folded = raw.casefold().replace("-", "_").replace(" ", "_")
+    for name in tools:
+        if name.casefold().replace("-", "_") == folded:
+            return name
+    return raw
+
+
+def _name_from_phrase(phrase: str, tools: dict[str, ToolSchema]) -> str | None:
+    """A tool named inside a sentence ("use the `search` tool"), when exactly one is."""
+    if not tools:
+        return None
+    lowered = phrase.casefold()
+    found = [n for n in tools if re.search(rf"(?<![\w.\-]){re.escape(n.casefold())}(?![\w\-])", lowered)]
+    return found[0] if len(found) == 1 else None
+
+
+def _coerce_input(name: str, value: Any, tools: dict[str, ToolSchema]) -> tuple[dict[str, Any], str | None]:
+    """Arguments as a dict; a bare value goes to the tool's only parameter."""
+    value = _maybe_double_encoded(value)
+    if isinstance(value, dict):
+        # {"name": "search", "arguments": {...}} inside Action Input: unwrap it
+        keys = set(value)
+        name_key = next((k for k in _NAME_KEYS if k in keys), None)
+        input_key = next((k for k in _INPUT_KEYS if k in keys), None)
+        if name_key and input_key and len(keys) == 2 and str(value[name_key]) == name:
+            inner = _maybe_double_encoded(value[input_key])
+            if isinstance(inner, dict):
+                return inner, None
+        return value, None
+    schema = tools.get(name)
+    if schema is None:
+        return {"input": value}, None
+    params = schema.parameters or {}
+    props = params.get("properties") or {}
+    required = list(params.get("required") or [])
+    if len(required) == 1:
+        return {required[0]: value}, None
+    if len(props) == 1:
+        return {next(iter(props)): value}, None
+    if not props and value in ("", None):
+        return {}, None
+    wanted = ", ".join(props) or "none"
+    return {}, f"the Action Input of {name!r} must be a JSON object with the keys it needs ({wanted})"
+
+
+def _parse_call_args(name: str, inside: str, tools: dict[str, ToolSchema]) -> tuple[dict[str, Any], str | None]:
+    """Arguments of a Python-style call ``tool(a=1, b="x")`` or ``tool("x")``."""
+    inside = inside.strip()
+    if not inside:
+        return {}, None
+    if inside.startswith("{"):
+        value, ok = _loads(inside)
+        if ok and isinstance(value, dict):
+            return value, None
+    try:
+        call = ast.parse(f"f({inside})", mode="eval").body
+    except SyntaxError:
+        return _coerce_input(name, _unquote(inside), tools)
+    if not isinstance(call, ast.Call):  # pragma: no cover - `f(...)` always parses to a call
+        return {}, f"could not read the arguments of {name!r}"
+    try:
+        kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg}
+        positional = [ast.literal_eval(a) for a in call.args]
+    except (ValueError, SyntaxError, TypeError):
+        # Unquoted words are not literals (``search(latest news)``): take the text as it is.
+        if not call.keywords and len(call.args) <= 1:
+            return _coerce_input(name, inside, tools)
+        return {}, f"could not read the arguments of {name!r}: write them as a JSON object"
+    if positional:
+        schema = tools.get(name)
+        props = list((schema.parameters or {}).get("properties") or {}) if schema else []
+        if len(positional) == 1 and not kwargs:
+            return _coerce_input(name, positional[0], tools)
+        if len(positional) > len(props):
+            return {}, f"too many positional arguments for {name!r}: write the arguments as a JSON object"
+        kwargs = {**dict(zip(props, positional, strict=False)), **kwargs}
+    return kwargs, None
+
+
+def _parse_input_text(raw: str) -> tuple[Any, bool, str | None]:
+    """Read an Action Input: (value, given, error). Bare text is a string value."""
+    s = raw.strip()
+    if s.casefold() in _EMPTY_INPUTS:
+        return {}, False, None
+    if s[0] in "{[" or s.startswith(("```", "~~~", "`{", "`[")):
+        end = _value_end(s, 0)
+        value, ok = _loads(s[:end] if end > 0 else s)
+        if not ok:
+            return None, True, f"the Action Input is not valid JSON: {s[:120]!r}"
+        return value, True, None
+    if s[0] in _QUOTE_PAIRS or s[0] == "`":
+        end = _value_end(s, 0)
+        piece = s[:end] if end > 0 else s.split("\n", 1)[0]
+        value, ok = _loads(piece)
+        if ok and isinstance(value, (str, dict)):
+            return value, True, None
+        return _unquote(piece), True, None
+    # A bare value: up to the first blank line (what follows is usually chatter).
+    bare = s.split("\n\n", 1)[0].strip()
+    try:
+        scalar = json.loads(bare)
+    except ValueError:
+        return bare, True, None
+    return scalar, True, None
+
+
+def _blob_actions(
+    value: Any, tools: dict[str, ToolSchema]
+) -> tuple[list[tuple[str, dict[str, Any]]], str | None, str | None] | None:
+    """Actions from a JSON blob (``{"action": ..., "action_input": ...}``, ``{"name", "arguments"}``).
+
+    Returns (actions, final_answer, error), or None when the value is no tool-call blob.
+    """
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, dict) for v in items):
+        return None
+    actions: list[tuple[str, dict[str, Any]]] = []
+    for item in items:
+        fn = item.get("function")
+        if isinstance(fn, dict) and "name" in fn:  # OpenAI wire shape
+            item = fn
+        name_key = next((k for k in _NAME_KEYS if isinstance(item.get(k), str)), None)
+        if name_key is None:
+            return None
+        name = item[name_key].strip()
+        input_key = next((k for k in _INPUT_KEYS if k in item), None)
+        if input_key is None and name_key == "name":
+            return None  # {"name": "Alice", "age": 30} is data, not a call
+        raw_input: Any = item[input_key] if input_key is not None else {}
+        if isinstance(raw_input, str) and raw_input.strip().startswith("{"):
+            raw_input = _maybe_double_encoded(raw_input)
+        if name.casefold() in _FINISH_NAMES and name not in tools:
+            return actions, _answer_from(raw_input), None
+        if name.casefold() in _NULL_NAMES:
+            continue
+        resolved = _resolve_name(name, tools)
+        args, error = _coerce_input(resolved, raw_input, tools)
+        if error is not None:
+            return actions, None, error
+        actions.append((resolved, args))
+    return actions, None, None
+
+
+def _answer_from(value: Any) -> str:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, dict):
+        for key in _ANSWER_KEYS:
+            if isinstance(value.get(key), str):
+                return str(value[key]).strip()
+        if len(value) == 1:
+            only = next(iter(value.values()))
+            return only.strip() if isinstance(only, str) else json.dumps(only, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _clean_answer(s: str) -> str:
+    s = s.strip()
+    if s.endswith(("```", "~~~")) and (s.count("```") + s.count("~~~")) % 2 == 1:
+        # the closing fence of a code block that wrapped the whole reply
+        s = s[:-3].rstrip()
+    return s
+
+
+def _clean_thought(s: str) -> str:
+    s = s.strip()
+    if s.startswith(("```", "~~~")):
+        nl = s.find("\n")
+        s = "" if nl < 0 else s[nl + 1 :].strip()
+    return s
+
+
+def _strip_control_tokens(text: str) -> str:
+    """Cut at a leaked end-of-turn token (what follows is the next turn); drop other control tokens."""
+    if "<" not in text and "[TOOL_CALLS]" not in text:
+        return text
+    end = _END_TOKENS.search(text)
+    if end is not None:
+        text = text[: end.start()]
+    return _SPECIAL_TOKENS.sub("\n", text)
+
+
+def _split_reasoning(text: str) -> tuple[str, str]:
+    """Pull ``<think>`` reasoning out of a reply: (reasoning, rest)."""
+    parts: list[str] = []
+    if "<" not in text:
+        return "", text
+    close = _THINK_CLOSE.search(text)
+    if close is not None and not re.search(r"<(?:think|thinking|reasoning)>", text[: close.start()], re.I):
+        # some servers strip the opening tag: everything before the closing one is reasoning
+        parts.append(text[: close.start()].strip())
+        text = text[close.end() :]
+
+    def take(m: re.Match[str]) -> str:
+        parts.append(m.group(2).strip())
+        return ""
+
+    text = _THINK_TAGS.sub(take, text)
+    return "\n".join(p for p in parts if p), text
+
+
+def _unwrap_fence(text: str) -> str:
+    """Drop a code fence that wraps the whole reply."""
+    s = text.strip()
+    m = _FENCE_OPEN.match(s)
+    if m is None or not s.endswith(("```", "~~~")) or len(s) < m.end() + 3:
+        return text
+    inner = s[m.end() : -3]
+    if inner.lstrip().startswith("{") or _MARKER.search(inner) is None:
+        return text  # a fenced JSON blob (the blob reader handles it), or an answer that is a code block
+    return inner
+
+
+def parse_react(text: str, tools: ToolsArg = None) -> ReactParse:
+    """Read a ReAct-format reply. Never raises.
+
+    Args:
+        text: The model's reply.
+        tools: The tools offered (schemas, or a name → schema mapping). Optional; with them the
+            parser maps a bare-string ``Action Input`` to a one-parameter tool's parameter, fixes
+            the case of tool names, and refuses to read a JSON blob naming no known tool as a call.
+
+    Returns:
+        The thought, and either the actions, the final answer or an error. The first decisive
+        label wins: actions before a ``Final Answer`` are the reply (the answer is ignored), and
+        everything after a ``Final Answer`` label is the answer. A reply with no label at all is
+        the final answer. An ``Observation`` after an action ends the reply (the model began to
+        imagine the result).
+    """
+    index = _tool_index(tools)
+    text = text.replace("\r\n", "\n").lstrip("\ufeff")
+    text = _strip_control_tokens(text)
+    reasoning, body = _split_reasoning(text)
+    body = _unwrap_fence(body)
+    if not body.strip():
+        return ReactParse(thought=reasoning, error="the reply is empty" if not reasoning else _NO_DECISION)
+    prefix_end, sections = _scan(body)
+    thoughts = [reasoning] if reasoning else []
+    if all(sec.weak and sec.kind in ("thought", "obs") for sec in sections):
+        # "Reasoning: ..." alone is how some answers are written, not a half-followed protocol
+        sections = []
+    if not sections:
+        special = _parse_special(body, index)
+        if special is not None:
+            if reasoning:
+                special.thought = "\n".join(p for p in (reasoning, special.thought) if p)
+            return special
+        return ReactParse(thought=reasoning, final_answer=_clean_answer(body))
+    prefix = _clean_thought(body[:prefix_end])
+    if prefix:
+        thoughts.append(prefix)
+    return _interpret(body, sections, thoughts, index)
+
+
+_NO_DECISION = "the reply has neither an Action nor a Final Answer"
+
+
+def _interpret(text: str, sections: list[_Section], thoughts: list[str], tools: dict[str, ToolSchema]) -> ReactParse:
+    actions: list[tuple[str, dict[str, Any]]] = []
+    pending: _ActionRead | None = None  # an Action still waiting for its Action Input
+    final: str | None = None
+    error: str | None = None
+    orphan_input = False
+    for sec in sections:
+        content = text[sec.start : sec.end]
+        kind = sec.kind
+        if kind == "thought":
+            cleaned = _clean_thought(content)
+            if cleaned:
+                thoughts.append(cleaned)
+            continue
+        if kind == "obs":
+            continue  # only seen before any action: the scanner stops at one after an action
+        if kind == "final":
+            if actions or (pending is not None and pending.name is not None and not pending.finish):
+                break  # an action came first: it is the reply
+            final = _clean_answer(content)
+            pending = None
+            break
+        if kind == "action":
+            if pending is not None:
+                if pending.finish:
+                    break  # "Action: Final Answer" with no input, then another action: stop here
+                if pending.name is not None:
+                    actions.append((pending.name, {}))
+                pending = None
+            result = _read_action(content, tools)
+            if isinstance(result, str):
+                error = result
+                break
+            if isinstance(result, tuple):  # a JSON blob with one or more calls
+                blob_actions, blob_final = result
+                actions.extend(blob_actions)
+                if blob_final is not None and not actions:
+                    final = blob_final
+                    break
+                continue
+            if result.finish and result.args is not None:
+                if actions:
+                    break
+                final = result.args
+                break
+            if result.name is not None and not result.finish and result.args is not None:
+                actions.append((result.name, result.args))
+                continue
+            pending = result
+            continue
+        # an Action Input
+        if pending is None:
+            if not actions:
+                orphan_input = True
+            continue
+        value, given, err = _parse_input_text(content) if content.strip() else ({}, False, None)
+        if err is not None:
+            error = err
+            break
+        if pending.finish:
+            if actions:
+                break
+            final = _answer_from(value) if given else ""
+            pending = None
+            break
+        if pending.name is not None:
+            args, err = _coerce_input(pending.name, value, tools)
+            if err is not None:
+                error = err
+                break
+            actions.append((pending.name, args))
+        pending = None
+    if error is None and pending is not None and pending.name is not None and not pending.finish:
+        actions.append((pending.name, {}))
+    thought = "\n".join(t for t in thoughts if t)
+    if error is not None:
+        return ReactParse(thought=thought, actions=actions, error=error)
+    if actions:
+        return ReactParse(thought=thought, actions=actions)
+    if final is not None:
+        return ReactParse(thought=thought, final_answer=final)
+    if orphan_input:
+        return ReactParse(thought=thought, error="an Action Input came without an Action naming the tool")
+    return ReactParse(thought=thought, error=_NO_DECISION)
+
+
+class _ActionRead:
+    """One ``Action:`` line read: the tool (None for "Action: None"), and inline arguments if given."""
+
+    __slots__ = ("args", "finish", "name")
+
+    def __init__(self, name: str | None, args: Any = None, *, finish: bool = False) -> None:
+        self.name = name
+        self.args = args  # dict of inline arguments; for a finish action the answer text; None if absent
+        self.finish = finish
+
+
+def _read_action(
+    content: str, tools: dict[str, ToolSchema]
+) -> _ActionRead | tuple[list[tuple[str, dict[str, Any]]], str | None] | str:
+    """One ``Action:`` section: a tool name (maybe with inline arguments), a JSON blob, or an error."""
+    c = content.strip()
+    if not c:
+        return _ActionRead(None)
+    if c[0] == "{" or c.startswith(("```", "~~~")) or (c[0] == "[" and c[1:].lstrip().startswith("{")):
+        value, ok = _loads(c[: _value_end(c, 0)] or c)
+        blob = _blob_actions(value, tools) if ok else None
+        if blob is None:
+            return f"could not read the Action {c[:80]!r}: give the tool name, then its arguments in Action Input"
+        actions, final, error = blob
+        if error is not None:
+            return error
+        return actions, final
+    m = _NAME.match(c)
+    if m is None:  # pragma: no cover - _NAME matches any non-blank start
+        return f"could not read the tool name in {c[:80]!r}"
+    raw_name = m.group(1).rstrip(".")
+    rest = c[m.end() :]
+    first_line, _, more = rest.partition("\n")
+    first_line = first_line.strip(" \t:：,-")  # noqa: RUF001
+    inline = rest.lstrip(" \t:：,-")  # noqa: RUF001
+    folded = raw_name.casefold()
+    finish_name = folded in _FINISH_NAMES and raw_name not in tools
+    if inline.startswith(("[", "(")):
+        end = _balanced_end(inline, 0)
+        inside = inline[1 : end - 1] if end > 0 else inline[1:].rstrip(")]")
+        if finish_name:  # ReAct paper: "Finish[answer]"
+            return _ActionRead("finish", _answer_from(_unquote(inside)), finish=True)
+        name = _resolve_name(raw_name, tools)
+        if inline.startswith("["):  # ReAct paper: "Search[query]"
+            value, _given, err = _parse_input_text(inside) if inside.strip() else ({}, False, None)
+            if err is not None:
+                return err
+            args, err = _coerce_input(name, value, tools)
+        else:  # Python style: "search(query='x')"
+            args, err = _parse_call_args(name, inside, tools)
+        if err is not None:
+            return err
+        return _ActionRead(name, args)
+    phrase = f"{raw_name} {first_line}".strip().casefold().rstrip(".")
+    if (phrase in _FINISH_NAMES or finish_name) and raw_name not in tools:
+        return _ActionRead("finish", finish=True)
+    if phrase in _NULL_NAMES or (folded in _NULL_NAMES and not first_line):
+        return _ActionRead(None)
+    if first_line and not (first_line[0] in "{`" or first_line[0] in _QUOTE_PAIRS):
+        # words after the name: "Action: search the web" or "Action: use the `search` tool"
+        found = _name_from_phrase(f"{raw_name} {first_line}", tools)
+        if found is None:
+            return (
+                f"the Action must be only the name of one tool, not {c.splitlines()[0][:80]!r}; "
+                "put the arguments in Action Input"
+            )
+        return _ActionRead(found)
+    if _IDENT.fullmatch(raw_name) is None:
+        return f"{raw_name!r} is not a tool name"
+    name = _resolve_name(raw_name, tools)
+    if not first_line:
+        following = more.lstrip()
+        inline = following if following.startswith(("{", "```", "~~~")) else ""
+    if inline.strip():  # "Action: search {"q": "x"}" or the JSON on the next line
+        value, given, err = _parse_input_text(inline)
+        if err is not None:
+            return err
+        if given:
+            args, err = _coerce_input(name, value, tools)
+            if err is not None:
+                return err
+            return _ActionRead(name, args)
+    return _ActionRead(name)
+
+
+def _parse_special(body: str, tools: dict[str, ToolSchema]) -> ReactParse | None:
+    """Replies without ReAct labels that still call tools: tags and JSON blobs."""
+    if "<tool_call>" in body or "<function=" in body:
+        first = min(i for i in (body.find("<tool_call>"), body.find("<function=")) if i >= 0)
+        actions: list[tuple[str, dict[str, Any]]] = []
+        for m in _TOOL_CALL_TAG.finditer(body):
+            value, ok = _loads(m.group(1))
+            blob = _blob_actions(value, tools) if ok else None
+            if blob is None or blob[2] is not None:
+                return ReactParse(
+                    thought=_clean_thought(body[:first]),
+                    error=blob[2] if blob else f"could not read the tool call {m.group(1)[:80]!r}",
+                )
+            actions.extend(blob[0])
+            if blob[1] is not None and not actions:
+                return ReactParse(thought=_clean_thought(body[:first]), final_answer=blob[1])
+        for m in _FUNCTION_TAG.finditer(body):
+            name = _resolve_name(m.group(1), tools)
+            value, _given, err = _parse_input_text(m.group(2)) if m.group(2).strip() else ({}, False, None)
+            args, err2 = _coerce_input(name, value, tools) if err is None else ({}, err)
+            if err2 is not None:
+                return ReactParse(thought=_clean_thought(body[:first]), error=err2)
+            actions.append((name, args))
+        if actions:
+            return ReactParse(thought=_clean_thought(body[:first]), actions=actions)
+        return None
+    # A JSON blob that ends the reply, possibly after some chatter.
+    stripped = body.rstrip()
+    for m in re.finditer(r"(?m)^[ \t]*(?:```|~~~|\{|\[)", stripped):
+        start = m.start()
+        end = _value_end(stripped, start)
+        if end <= start or stripped[end:].strip(" \t\n`~"):
+            continue
+        value, ok = _loads(stripped[start:end])
+        if not ok:
+            continue
+        blob = _blob_actions(value, tools)
+        if blob is None:
+            continue
+        found, final, error = blob
+        names_known = not tools or all(n in tools for n, _ in found)
+        if error is None and not found and final is None:
+            continue
+        if not names_known and final is None:
+            continue  # JSON naming no known tool: an answer that shows JSON, not a call
+        thought = _clean_thought(stripped[:start])
+        if error is not None:
+            return ReactParse(thought=thought, actions=found, error=error)
+        if found:
+            return ReactParse(thought=thought, actions=found)
+        return ReactParse(thought=thought, final_answer=final)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# prompt and history
+# --------------------------------------------------------------------------------------------------
+_DEFAULT_TEMPLATE = """\
+# Tools
+
+You can call the tools below. Each one is given by its name, what it does, and its arguments as a \
+JSON Schema.
+
+{tools}
+
+# How to reply
+
+Always reply in exactly this format. To call a tool:
+
+Thought: what you need to do next, and why
+Action: the tool name, exactly as listed above (one of: {tool_names})
+Action Input: the arguments, as one JSON object
+
+{parallel}Then stop: the results come back to you as "Observation: ..." in the next message. Never \
+write an Observation yourself.
+
+When you can answer without calling a tool:
+
+Thought: why you can answer now
+Final Answer: your answer to the user
+{choice}
+Example:
+
+{example}"""
+
+_PARALLEL = "To call several tools at once, write several Action / Action Input pairs one after another. "
+_SINGLE = "Call at most one tool per reply. "
+
+CORRECTION = (
+    "Your last reply could not be used: {error}. Reply again in the required format, either\n"
+    "Thought: ...\nAction: <one of: {tool_names}>\nAction Input: <a JSON object>\n"
+    "or\nThought: ...\nFinal Answer: <your answer>"
+)
+
+
+def _compact_schema(value: Any) -> Any:
+    """The schema without the noise pydantic adds (titles, additionalProperties: false)."""
+    if isinstance(value, Mapping):
+        return {
+            k: _compact_schema(v)
+            for k, v in value.items()
+            if k != "title" and not (k == "additionalProperties" and v is False)
+        }
+    if isinstance(value, list):
+        return [_compact_schema(v) for v in value]
+    return value
+
+
+def _sample_value(schema: Mapping[str, Any], name: str) -> Any:
+    for key in ("examples", "enum"):
+        values = schema.get(key)
+        if isinstance(values, list) and values:
+            return values[0]
+    if "default" in schema:
+        return schema["default"]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind is None:
+        for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
+            if isinstance(options, list):
+                for opt in options:
+                    if isinstance(opt, Mapping) and opt.get("type") != "null":
+                        return _sample_value(opt, name)
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.5
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    return f"<{name}>"
+
+
+def _example(tool: ToolSchema) -> str:
+    params = tool.parameters or {}
+    props: Mapping[str, Any] = params.get("properties") or {}
+    required = list(params.get("required") or props)
+    args = {k: _sample_value(props.get(k) or {}, k) for k in required if k in props}
+    return (
+        f"Thought: I should call {tool.name} to find out.\n"
+        f"Action: {tool.name}\n"
+        f"Action Input: {json.dumps(args, ensure_ascii=False)}\n"
+        "Observation: (the result, sent back to you)\n"
+        "Thought: I now have what I need.\n"
+        "Final Answer: (your answer, based on the result)"
+    )
+
+
+def render_tool_prompt(
+    tools: Sequence[ToolSchema],
+    *,
+    tool_choice: str | Mapping[str, Any] | None = None,
+    parallel_tool_calls: bool | None = None,
+    template: str | None = None,
+) -> str:
+    """The system-prompt section that teaches a model the tools and the ReAct format.
+
+    Args:
+        tools: The tools to describe (name, description, compact JSON Schema of the arguments).
+        tool_choice: ``"required"``, ``"none"`` or ``{"name": tool}`` add a line saying so.
+        parallel_tool_calls: False asks for at most one tool per reply.
+        template: Replaces the default text; it may use ``{tools}``, ``{tool_names}``,
+            ``{parallel}``, ``{choice}`` and ``{example}``.
+    """
+    described = []
+    for t in tools:
+        schema = json.dumps(_compact_schema(t.parameters or {}), ensure_ascii=False, separators=(",", ":"))
+        description = " ".join(t.description.split()) if t.description else "(no description)"
+        described.append(f"## {t.name}\n{description}\nArguments: {schema}")
+    choice = ""
+    if tool_choice == "required":
+        choice = "\nIn this reply you must call at least one tool.\n"
+    elif tool_choice == "none":
+        choice = "\nDo not call any tool in this reply: give your Final Answer.\n"
+    elif isinstance(tool_choice, Mapping) and tool_choice.get("name"):
+        choice = f"\nIn this reply you must call the tool {tool_choice['name']}.\n"
+    first = tools[0] if tools else ToolSchema(name="tool_name", description="", parameters={})
+    if isinstance(tool_choice, Mapping) and tool_choice.get("name"):
+        first = next((t for t in tools if t.name == tool_choice["name"]), first)
+    return (template or _DEFAULT_TEMPLATE).format(
+        tools="\n\n".join(described) if described else "(no tools)",
+        tool_names=", ".join(t.name for t in tools) or "none",
+        parallel=_SINGLE if parallel_tool_calls is False else _PARALLEL,
+        choice=choice,
+        example=_example(first),
+    )
+
+
+def _action_text(call: ToolUseBlock) -> str:
+    return f"Action: {call.name}\nAction Input: {json.dumps(dict(call.input), ensure_ascii=False, default=str)}"
+
+
+def _observation_text(result: ToolResultBlock, number: int) -> str:
+    # Several results answer the Actions in order; the number and tool name tie each to its call.
+    label = f"Observation {number} ({result.name})" if number else "Observation"
+    body = result.text if isinstance(result.output, str) else result.text or "(no text output)"
+    if result.state != "success":
+        body = f"[{result.state}] {body}"
+    return f"{label}: {body}"
+
+
+def _convert_assistant(msg: Msg) -> Msg:
+    calls = [b for b in msg.content if isinstance(b, ToolUseBlock)]
+    thinking = [b.thinking.strip() for b in msg.content if isinstance(b, ThinkingBlock) and b.thinking.strip()]
+    texts = [b.text.strip() for b in msg.content if isinstance(b, TextBlock) and b.text.strip()]
+    others: list[ContentBlock] = [
+        b for b in msg.content if not isinstance(b, (ToolUseBlock, ThinkingBlock, TextBlock, ToolResultBlock))
+    ]
+    lines: list[str] = []
+    if calls:
+        thought = "\n".join([*thinking, *texts])
+        if thought:
+            lines.append(f"Thought: {thought}")
+        lines.extend(_action_text(c) for c in calls)
+    else:
+        if thinking:
+            lines.append(f"Thought: {chr(10).join(thinking)}")
+        if texts:
+            lines.append(f"Final Answer: {chr(10).join(texts)}" if thinking else "\n".join(texts))
+    content: list[ContentBlock] = [TextBlock(text="\n".join(lines))] if lines else []
+    return msg.replace(content=[*content, *others])
+
+
+def _convert_user(msg: Msg) -> Msg:
+    numbered = sum(1 for b in msg.content if isinstance(b, ToolResultBlock)) > 1
+    number = 0
+    content: list[ContentBlock] = []
+    texts: list[str] = []
+    media: list[ContentBlock] = []
+    for block in msg.content:
+        if isinstance(block, ToolResultBlock):
+            number += 1
+            texts.append(_observation_text(block, number if numbered else 0))
+            if not isinstance(block.output, str):
+                media.extend(b for b in block.output if not isinstance(b, TextBlock))
+        elif isinstance(block, TextBlock):
+            texts.append(block.text)
+        else:
+            if texts:
+                content.append(TextBlock(text="\n".join(texts)))
+                texts = []
+            content.append(block)
+    if texts:
+        content.append(TextBlock(text="\n".join(texts)))
+    return msg.replace(content=[*content, *media])
+
+
+def _needs_conversion(msg: Msg) -> bool:
+    if msg.role == "assistant":
+        return any(isinstance(b, (ToolUseBlock, ThinkingBlock, ToolResultBlock)) for b in msg.content)
+    return any(isinstance(b, (ToolResultBlock, ToolUseBlock)) for b in msg.content)
+
+
+def _has_tool_blocks(messages: Sequence[Msg]) -> bool:
+    return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for m in messages for b in m.content)
+
+
+# --------------------------------------------------------------------------------------------------
+# the wrapper
+# --------------------------------------------------------------------------------------------------
+def _new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+class _Attempt:
+    """One inner model reply: buffers its text and streams a final answer as soon as it is sure.
+
+    Work per chunk stays proportional to the chunk: the text is kept as parts, the final-answer
+    label is looked for in a small window, and once the answer streams only its not-yet-sent tail
+    is examined.
+    """
+
+    __slots__ = (
+        "_parts",
+        "_window",
+        "answer_parts",
+        "calls",
+        "emitted_thought",
+        "finish_reason",
+        "inner_thinking",
+        "mode",
+        "pending",
+        "stream_answer",
+        "tools",
+        "usage",
+        "yielded",
+    )
+
+    def __init__(self, tools: dict[str, ToolSchema], stream_answer: bool) -> None:
+        self.tools = tools
+        self.stream_answer = stream_answer
+        self._clear()
+
+    def _clear(self) -> None:
+        self._parts: list[str] = []
+        self._window = ""
+        self.mode = "undecided" if self.stream_answer else "buffer"  # then "answer" or "buffer"
+        self.pending = ""  # answer text received but not sent yet (answer mode)
+        self.emitted_thought = ""
+        self.answer_parts: list[str] = []
+        self.inner_thinking: list[ChatResponse] = []
+        self.calls: list[ToolCallChunk] = []
+        self.usage: TokenUsage | None = None
+        self.finish_reason: str | None = None
+        self.yielded = False
+
+    @property
+    def text(self) -> str:
+        """Everything the inner model said so far."""
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    @property
+    def emitted_answer(self) -> str:
+        """The part of the final answer already streamed."""
+        return "".join(self.answer_parts)
+
+    def feed(self, chunk: ChatResponse) -> Iterator[ChatResponse]:
+        if chunk.restart is not None:
+            # The inner model started its reply over (e.g. a fallback model took over).
+            yielded = self.yielded
+            self._clear()
+            if yielded:
+                yield ChatResponse(restart=chunk.restart)
+        if chunk.thinking or chunk.thinking_signature:
+            piece = ChatResponse(thinking=chunk.thinking, thinking_signature=chunk.thinking_signature)
+            self.inner_thinking.append(piece)
+            self.yielded = True
+            yield piece
+        if chunk.blocks:
+            self.yielded = True
+            yield ChatResponse(blocks=chunk.blocks)
+        if chunk.tool_calls:
+            self.calls.extend(chunk.tool_calls)
+        if chunk.usage is not None:
+            self.usage = chunk.usage if self.usage is None else _merge_usage(self.usage, chunk.usage)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+        if chunk.text:
+            self._parts.append(chunk.text)
+            if self.mode == "undecided":
+                yield from self._detect(chunk.text)
+            elif self.mode == "answer":
+                self.pending += chunk.text
+                yield from self._send_answer()
+
+    def _detect(self, delta: str) -> Iterator[ChatResponse]:
+        # Parse only when a final-answer label may just have arrived; the parse says whether an
+        # action came first (then nothing streams: the reply is read when complete).
+        window = self._window + delta
+        self._window = window[-40:]
+        if not _FINAL_HINT.search(window):
+            return
+        text = self.text
+        parsed = parse_react(text, self.tools)
+        if parsed.actions:
+            self.mode = "buffer"
+            return
+        if parsed.final_answer is None:
+            return
+        answer = parsed.final_answer
+        offset = len(text)
+        if answer:
+            offset = text.rfind(answer)
+            if offset < 0 or text[offset + len(answer) :].strip():
+                self.mode = "buffer"  # the answer is not a plain tail of the text (CRLF, fences)
+                return
+        self.mode = "answer"
+        self.pending = text[offset:].lstrip()
+        if parsed.thought:
+            self.emitted_thought = parsed.thought
+            self.yielded = True
+            yield ChatResponse(thinking=parsed.thought)
+        yield from self._send_answer()
+
+    def _send_answer(self) -> Iterator[ChatResponse]:
+        pending = self.pending
+        if not self.answer_parts:
+            pending = pending.lstrip()
+        cut = _settled(pending, at_start=not self.answer_parts)
+        if cut <= 0:
+            self.pending = pending
+            return
+        self.answer_parts.append(pending[:cut])
+        self.pending = pending[cut:]
+        self.yielded = True
+        yield ChatResponse(text=pending[:cut])
+
+
+def _settled(tail: str, *, at_start: bool) -> int:
+    """How much of an answer's unsent tail is final.
+
+    Trailing blanks and a last line that may be (half of) a closing code fence are held back.
+    """
+    cut = len(tail.rstrip())
+    for token in ("<|", "</s>", "<end_of_turn>"):  # a leaked control token: the final read drops it
+        at = tail.find(token, 0, cut)
+        if at >= 0:
+            cut = at
+    lt = tail.rfind("<", max(0, cut - 16), cut)
+    if lt >= 0 and ">" not in tail[lt:cut]:
+        cut = lt  # maybe the first half of one
+    cut = len(tail[:cut].rstrip())
+    nl = tail.rfind("\n", 0, cut)
+    if nl >= 0 or at_start:
+        last = tail[nl + 1 : cut].strip()
+        if last and set(last) <= {"`", "~"}:
+            cut = len(tail[: max(nl, 0)].rstrip())
+    return cut
+
+
+class TextProtocolModel(ChatModel):
+    """Tool calling through the ReAct text protocol, for models without native tool calling.
+
+    With tools, the system prompt gains the tool list and the format; the inner model is called
+    with ``tools=[]`` and its text reply becomes thinking (the Thought), tool-call chunks (each
+    Action, arguments already parsed) or text (the Final Answer), ending with a finish reason.
+    History is converted for it: tool calls become ``Action`` / ``Action Input`` text and tool
+    results ``Observation`` text. A reply that cannot be read is sent back with a short
+    correction, at most `max_format_retries` times; then its text is taken as the final answer.
+    Without tools (and no tool blocks in the history) calls pass straight through.
+
+    Capability facts read on the instance (``model.supports_vision``) are the inner model's;
+    ``supports_native_tools`` is True, since this wrapper provides tool calling. ``provider``,
+    ``model_name`` and ``options`` are the inner model's; `aclose` closes it.
+
+    Args:
+        inner: The text-only (or any) chat model.
+        max_format_retries: Correction rounds for an unreadable reply (0 disables them).
+        stop_at_observation: Ask the inner model to stop at ``Observation:`` (a stop sequence),
+            so it does not imagine tool results. Turn off for endpoints that reject ``stop``.
+        stream_final_answer: Stream the final answer as it arrives once the reply is sure to be
+            one; otherwise it arrives in one piece when the reply is complete.
+        template: Replaces the protocol text (see `render_tool_prompt`).
+    """
+
+    supports_native_tools = True
+    tools_via_text = True
+    """Tool calls are emulated in text: structured output is better asked for in the prompt too."""
+
+    def __init__(
+        self,
+        inner: ChatModel,
+        *,
+        max_format_retries: int = 2,
+        stop_at_observation: bool = True,
+        stream_final_answer: bool = True,
+        template: str | None = None,
+    ) -> None:
+        if not isinstance(inner, ChatModel):
+            raise UserError(f"TextProtocolModel wraps a ChatModel, not {type(inner).__name__!r}")
+        if not isinstance(max_format_retries, int) or max_format_retries < 0:
+            raise UserError(f"max_format_retries must be a non-negative integer, not {max_format_retries!r}")
+        self.inner = inner
+        self.max_format_retries = max_format_retries
+        self.stop_at_observation = stop_at_observation
+        self.stream_final_answer = stream_final_answer
+        self.template = template
+        self.model_name = inner.model_name
+        self.options = inner.options
+        # Instance-level facts mirror the inner model (class attributes stay the conservative defaults).
+        vars(self).update(
+            provider=inner.provider,
+            supports_structured_output=inner.supports_structured_output,
+            supports_vision=inner.supports_vision,
+            supports_thinking=inner.supports_thinking,
+        )
+        self._prompt_key: tuple[Any, ...] | None = None
+        self._prompt_text = ""
+        self._converted: dict[int, tuple[Msg, Msg]] = {}
+
+    # -- prompt ------------------------------------------------------------------------------------
+    def _protocol_text(self, tools: Sequence[ToolSchema], options: GenerateOptions) -> str:
+        choice = options.tool_choice
+        key = (tuple(tools), _freeze(choice), options.parallel_tool_calls)
+        cached = self._prompt_key
+        if (
+            cached is not None
+            and cached[1:] == key[1:]
+            and len(cached[0]) == len(key[0])
+            and all(a is b for a, b in zip(cached[0], key[0], strict=True))
+        ):
+            return self._prompt_text
+        text = render_tool_prompt(
+            tools, tool_choice=choice, parallel_tool_calls=options.parallel_tool_calls, template=self.template
+        )
+        self._prompt_key = key
+        self._prompt_text = text
+        return text
+
+    def _convert(self, msg: Msg) -> Msg:
+        if not _needs_conversion(msg):
+            return msg
+        hit = self._converted.get(id(msg))
+        if hit is not None and hit[0] is msg:
+            return hit[1]
+        out = _convert_assistant(msg) if msg.role == "assistant" else _convert_user(msg)
+        if len(self._converted) >= 4096:
+            self._converted.clear()
+        self._converted[id(msg)] = (msg, out)
+        return out
+
+    def build_prompt(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema], options: GenerateOptions | None = None
+    ) -> list[Msg]:
+        """The messages the inner model receives: converted history, protocol in the system prompt."""
+        opts = options or self.inner.options
+        converted = [self._convert(m) for m in messages]
+        if not tools:
+            return converted
+        protocol = self._protocol_text(tools, opts)
+        for i, msg in enumerate(converted):
+            if msg.role == "system":
+                base = msg.text.rstrip()
+                text = f"{base}\n\n{protocol}" if base else protocol
+                others = [b for b in msg.content if not isinstance(b, TextBlock)]
+                converted[i] = msg.replace(content=[TextBlock(text=text), *others])
+                return converted
+        return [Msg.system(protocol), *converted]
+
+    def _inner_options(self, options: GenerateOptions | None) -> GenerateOptions:
+        opts = self.inner.options.merge(options)
+        changes: dict[str, Any] = {}
+        if opts.tool_choice is not None:
+            changes["tool_choice"] = None
+        if opts.parallel_tool_calls is not None:
+            changes["parallel_tool_calls"] = None
+        if self.stop_at_observation:
+            stop = list(opts.stop or ())
+            if "\nObservation:" not in stop and len(stop) < 4:  # OpenAI accepts at most 4
+                changes["stop"] = [*stop, "\nObservation:"]
+        return replace(opts, **changes) if changes else opts
+
+    # -- the model ---------------------------------------------------------------------------------
+    async def stream(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> AsyncIterator[ChatResponse]:
+        """Stream the inner model's reply, read as the text protocol."""
+        if not tools and not _has_tool_blocks(messages):
+            async for chunk in self.inner.stream(messages, (), options):
+                yield chunk
+            return
+        opts = self.inner.options.merge(options)
+        index = {t.name: t for t in tools}
+        prompt = self.build_prompt(messages, tools, opts)
+        inner_opts = self._inner_options(options)
+        total: TokenUsage | None = None
+        pending_restart = False
+        attempt_no = 0
+        choice = opts.tool_choice
+        # A reply that must call a tool is not streamed as an answer: it may have to be asked again.
+        stream_answer = self.stream_final_answer and (choice is None or choice in ("auto", "none"))
+        while True:
+            if pending_restart:
+                yield ChatResponse(restart="text protocol: the reply did not follow the format and was asked again")
+            state = _Attempt(index, stream_answer)
+            async for chunk in self.inner.stream(prompt, [], inner_opts):
+                for out in state.feed(chunk):
+                    yield out
+            if state.usage is not None:
+                total = state.usage if total is None else total + state.usage
+            text = state.text
+            parsed = parse_react(text, index)
+            problem = parsed.error or _choice_problem(parsed, choice)
+            if problem is None or not text.strip() or attempt_no >= self.max_format_retries:
+                for out in self._emit(state, parsed, opts):
+                    yield out
+                if total is not None:
+                    yield ChatResponse(usage=total)
+                yield ChatResponse(finish_reason=self._finish_reason(state, parsed))
+                return
+            attempt_no += 1
+            logger.debug("text protocol: unusable reply (%s); asking again (%d)", problem, attempt_no)
+            correction = CORRECTION.format(error=problem, tool_names=", ".join(list(index)[:30]) or "none")
+            prompt = [*prompt, Msg.assistant(text), Msg.user(correction)]
+            pending_restart = state.yielded
+
+    def _finish_reason(self, state: _Attempt, parsed: ReactParse) -> str:
+        if (parsed.error is None and parsed.actions) or state.calls:
+            return "tool_calls"
+        if state.finish_reason in ("length", "content_filter"):
+            return state.finish_reason
+        return "stop"
+
+    def _emit(self, state: _Attempt, parsed: ReactParse, options: GenerateOptions) -> Iterator[ChatResponse]:
+        if parsed.error is not None:
+            if state.text.strip():
+                logger.warning(
+                    "text protocol: model %r did not follow the format (%s); using its reply as the answer",
+                    self.model_name,
+                    parsed.error,
+                )
+            parsed = _fallback(state.text, parsed)
+        if state.mode == "answer":
+            if (
+                parsed.final_answer is not None
+                and parsed.thought == state.emitted_thought
+                and parsed.final_answer.startswith(state.emitted_answer)
+            ):
+                rest = parsed.final_answer[len(state.emitted_answer) :]
+                if rest:
+                    yield ChatResponse(text=rest)
+                yield from _foreign_calls(state, 0)
+                return
+            # The streamed guess was wrong (rare): start the reply over with the definitive read.
+            yield ChatResponse(restart="text protocol: the streamed answer was re-read")
+            yield from state.inner_thinking
+        if parsed.thought:
+            yield ChatResponse(thinking=parsed.thought)
+        actions = parsed.actions
+        if actions and options.parallel_tool_calls is False:
+            actions = actions[:1]
+        if actions:
+            yield ChatResponse(
+                tool_calls=[
+                    ToolCallChunk(index=i, id=_new_call_id(), name=name, input=args)
+                    for i, (name, args) in enumerate(actions)
+                ]
+            )
+        elif parsed.final_answer:
+            yield ChatResponse(text=parsed.final_answer)
+        yield from _foreign_calls(state, len(actions))
+
+    async def aclose(self) -> None:
+        """Close the inner model."""
+        await self.inner.aclose()
+
+    def __repr__(self) -> str:
+        return f"TextProtocolModel({self.inner!r})"
+
+
+def _choice_problem(parsed: ReactParse, choice: str | Mapping[str, Any] | None) -> str | None:
+    """Why a readable reply breaks the `tool_choice` it was given, if it does."""
+    if choice == "none" and parsed.actions:
+        return "no tool may be called in this reply, so give your Final Answer"
+    if choice == "required" and not parsed.actions:
+        return "this reply must call a tool"
+    if isinstance(choice, Mapping) and choice.get("name"):
+        name = choice["name"]
+        if not any(n == name for n, _ in parsed.actions):
+            return f"this reply must call the tool {name}"
+    return None
+
+
+def _foreign_calls(state: _Attempt, offset: int) -> Iterator[ChatResponse]:
+    # Native tool calls from the inner model (it was given no tools, but some models call anyway).
+    if state.calls:
+        yield ChatResponse(tool_calls=[replace(c, index=c.index + offset) for c in state.calls])
+
+
+def _fallback(text: str, parsed: ReactParse) -> ReactParse:
+    """After the last correction round: the reply's text becomes the answer."""
+    if not text.strip():
+        return ReactParse(thought=parsed.thought)
+    if parsed.error == _NO_DECISION and parsed.thought:
+        return ReactParse(final_answer=parsed.thought)
+    reasoning, body = _split_reasoning(_strip_control_tokens(text.replace("\r\n", "\n")))
+    return ReactParse(thought=reasoning, final_answer=_clean_answer(_unwrap_fence(body)))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def ensure_tool_calling(model: ChatModel, mode: ToolCallingMode = "auto") -> ChatModel:
+    """The model, wrapped in `TextProtocolModel` when tool calls must go through text.
+
+    ``"native"`` returns the model as it is; ``"text"`` always wraps (unless already wrapped);
+    ``"auto"`` wraps when the model says it has no native tool calling.
+    """
+    if mode == "native":
+        return model
+    if mode == "text":
+        return model if isinstance(model, TextProtocolModel) else TextProtocolModel(model)
+    if mode == "auto":
+        if isinstance(model, TextProtocolModel) or model.supports_native_tools:
+            return model
+        return TextProtocolModel(model)
+    raise UserError(f"tool_calling must be 'native', 'text' or 'auto', not {mode!r}")

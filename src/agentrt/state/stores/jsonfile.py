@@ -1,0 +1,584 @@
+"""JsonFileStateStore: one folder per user/session, append-only JSONL messages plus an atomic state file.
+
+Layout::
+
+    <root>/<enc(user_id)>/<enc(session_id)>/
+        state.json        the session document: `encode_state(include_messages=False)` plus
+                          "message_count", "messages_bytes" and "messages_file"; replaced atomically
+        messages.jsonl    one `encode_message` JSON text per line, append-only
+        .lock             `flock`ed around every revision check + write (cross-process)
+
+``state.json`` is the commit record: a load reads exactly ``message_count`` lines (the first
+``messages_bytes`` bytes) of ``messages_file``, so lines written by an append that crashed before
+replacing ``state.json`` are never seen, and the next append overwrites them. `save` writes the
+whole conversation to a new ``messages.<revision>.jsonl`` and switches ``state.json`` to it, so a
+crash during a save leaves the previous state intact.
+
+Ids are folder names through `encode_id`: ids made only of ``[a-z0-9_-]`` (1 to 100 characters)
+are used as they are; every other id (upper case included, so that ids differing only in case stay
+apart on case-insensitive file systems) becomes ``~`` + lower-case base32 of its UTF-8 bytes, and an
+id whose encoding would be too long a file name becomes ``~~`` + a prefix of that + a SHA-256 digest.
+Folder names therefore only ever contain ``[a-z0-9_~-]``: no separators, no dots, no NUL bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from agentrt import _json
+from agentrt.errors import StateConflictError, StateStoreError
+from agentrt.message import Msg
+from agentrt.state.base import AgentState, BaseStateStore, SessionInfo
+from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
+from agentrt.state.locks import LocalSessionLocks
+
+__all__ = ["JsonFileStateStore", "decode_id", "encode_id"]
+
+STATE_FILE = "state.json"
+LOCK_FILE = ".lock"
+FIRST_MESSAGES_FILE = "messages.jsonl"
+
+_SAFE_ID = re.compile(r"[a-z0-9_-]{1,100}")
+_MESSAGES_FILE = re.compile(r"messages(?:\.[0-9]+)?\.jsonl")
+_MAX_ENCODED = 200  # file names are limited to 255 bytes on common file systems
+_HASHED_PREFIX = 120
+_WINDOWS_RESERVED = frozenset(
+    ["con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))]
+)
+_LOAD_ATTEMPTS = 20
+
+if sys.platform != "win32":
+    import fcntl
+
+    def _lock_fd(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+else:  # pragma: no cover - no cross-process lock on Windows; in-process writes are still serialised
+
+    def _lock_fd(fd: int) -> None:
+        return None
+
+
+def encode_id(value: str) -> str:
+    """The folder name for a user or session id (injective; never ``.``/``..``, never a path)."""
+    if _SAFE_ID.fullmatch(value) and value not in _WINDOWS_RESERVED:
+        return value
+    raw = value.encode("utf-8", "surrogatepass")
+    encoded = base64.b32encode(raw).decode("ascii").rstrip("=").lower()
+    if len(encoded) + 1 <= _MAX_ENCODED:
+        return "~" + encoded
+    return f"~~{encoded[:_HASHED_PREFIX]}-{hashlib.sha256(raw).hexdigest()}"
+
+
+def decode_id(name: str) -> str | None:
+    """The id `encode_id` turned into `name`; None for hashed (over-long) ids and foreign names."""
+    if name.startswith("~~"):
+        return None
+    if name.startswith("~"):
+        body = name[1:]
+        if not re.fullmatch(r"[a-z2-7]*", body):
+            return None
+        try:
+            raw = base64.b32decode(body.upper() + "=" * (-len(body) % 8))
+            return raw.decode("utf-8", "surrogatepass")
+        except (ValueError, UnicodeDecodeError):
+            return None
+    return name if _SAFE_ID.fullmatch(name) else None
+
+
+class JsonFileStateStore(BaseStateStore):
+    """Sessions as plain files under `root`, one folder per user and session.
+
+    Args:
+        root: The directory holding the store (created on first write).
+        fsync: Flush each write to disk before it counts as committed (files and folders). Without
+            it, writes still survive a crash of the process, not necessarily of the machine.
+
+    File I/O runs in worker threads (`asyncio.to_thread`). Writes to one session are serialised by
+    an asyncio lock within the process and by ``flock`` on the session's ``.lock`` file across
+    processes, around the revision check and the write. Loads take no lock: they read the committed
+    prefix named by ``state.json``. `session_lock` is in-process only. ``flock`` needs a POSIX
+    system and a local file system (or one that supports it, like NFSv4 on Linux).
+
+    A write whose caller is cancelled while the write runs may still commit: reload to find out.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self._root = Path(root).expanduser().absolute()
+        self._fsync = fsync
+        self._write_locks = LocalSessionLocks()
+        self._closed = False
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the store."""
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"JsonFileStateStore({str(self._root)!r})"
+
+    def session_path(self, user_id: str, session_id: str) -> Path:
+        """The folder holding one session (whether or not it exists)."""
+        return self._user_path(user_id) / encode_id(_valid_id(session_id, "session id"))
+
+    def _user_path(self, user_id: str) -> Path:
+        return self._root / encode_id(_valid_id(user_id, "user id"))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    # -- store protocol -------------------------------------------------------------------
+    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+        """The stored state, or None if the session does not exist."""
+        self._check_open()
+        return await asyncio.to_thread(_load, self.session_path(user_id, session_id), user_id, session_id)
+
+    async def append(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Sequence[Msg],
+        *,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int,
+    ) -> int:
+        """Append lines to the session's JSONL file, then replace its state file."""
+        self._check_open()
+        # Encoded here, on the caller's thread: the write stores the values as they are now.
+        payload = _encode_lines(messages)
+        changed = encode_fields(fields) if fields else {}
+        folder = self.session_path(user_id, session_id)
+        async with self._write_locks.hold(str(folder)):
+            return await asyncio.to_thread(
+                _append, folder, user_id, session_id, payload, len(messages), changed, expected_revision, self._fsync
+            )
+
+    async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
+        """Write the whole conversation to a new messages file, then switch the state file to it."""
+        self._check_open()
+        doc = encode_state(state, include_messages=False)
+        payload = _encode_lines(state.messages)
+        folder = self.session_path(state.user_id, state.session_id)
+        async with self._write_locks.hold(str(folder)):
+            return await asyncio.to_thread(
+                _save, folder, doc, payload, len(state.messages), expected_revision, self._fsync
+            )
+
+    async def delete(self, user_id: str, session_id: str) -> bool:
+        """Remove the session's folder; True if the session existed."""
+        self._check_open()
+        folder = self.session_path(user_id, session_id)
+        async with self._write_locks.hold(str(folder)):
+            return await asyncio.to_thread(_delete, folder, self._fsync)
+
+    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions, most recently updated first."""
+        self._check_open()
+        return await asyncio.to_thread(_list_sessions, self._user_path(user_id), user_id)
+
+    async def close(self) -> None:
+        """Mark the store closed (it holds no open files between operations)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateStoreError(f"{self!r} is closed")
+
+
+# -- file operations (run in worker threads) ----------------------------------------------------
+
+
+def _valid_id(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StateStoreError(f"{what} {value!r} is not valid Unicode text: {exc.reason}") from None
+    return value
+
+
+def _encode_lines(messages: Sequence[Msg]) -> bytes:
+    """JSONL: one message per line (JSON text escapes every newline inside strings)."""
+    try:
+        return b"".join(encode_message(m).encode("utf-8") + b"\n" for m in messages)
+    except UnicodeEncodeError as exc:
+        raise StateStoreError(f"a message is not valid Unicode text: {exc.reason}") from None
+
+
+def _where(folder: Path) -> str:
+    return f"session folder {str(folder)!r}"
+
+
+def _fsync_dir(path: Path) -> None:
+    if sys.platform == "win32":  # pragma: no cover - directories cannot be opened on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_doc(folder: Path) -> dict[str, Any] | None:
+    try:
+        raw = (folder / STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise StateStoreError(f"{_where(folder)} is not a folder") from None
+    try:
+        doc = _json.loads(raw)
+    except ValueError as exc:
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is not a JSON object")
+    return doc
+
+
+def _check_ids(folder: Path, doc: Mapping[str, Any], user_id: str, session_id: str) -> None:
+    # A hashed (over-long) id could in theory share a folder with another id: never mix them up.
+    if doc.get("user_id") != user_id or doc.get("session_id") != session_id:
+        raise StateStoreError(
+            f"{_where(folder)} holds session {doc.get('session_id')!r} of user {doc.get('user_id')!r}, "
+            f"not {session_id!r} of {user_id!r}"
+        )
+
+
+def _commit_info(folder: Path, doc: Mapping[str, Any]) -> tuple[int, int, str]:
+    """(message_count, messages_bytes, messages_file) of a state document, validated."""
+    try:
+        count = int(doc.get("message_count", 0))
+        nbytes = int(doc.get("messages_bytes", -1))
+    except (TypeError, ValueError) as exc:
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
+    name = doc.get("messages_file", FIRST_MESSAGES_FILE)
+    if not isinstance(name, str) or not _MESSAGES_FILE.fullmatch(name) or count < 0:
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt (messages_file {name!r}, count {count})")
+    return count, nbytes, name
+
+
+def _read_lines(folder: Path, name: str, count: int, nbytes: int) -> list[bytes]:
+    """The first `count` lines of the messages file (FileNotFoundError if it is gone)."""
+    if count == 0:
+        return []
+    with open(folder / name, "rb") as f:
+        data = f.read(nbytes) if nbytes >= 0 else f.read()
+    if nbytes >= 0 and len(data) < nbytes:
+        raise StateStoreError(f"{_where(folder)}: {name} is shorter than its committed {nbytes} bytes")
+    lines = data.split(b"\n", count)
+    if len(lines) <= count or (nbytes >= 0 and lines[count]):
+        # fewer complete lines than committed, or committed bytes not ending at a line end
+        raise StateStoreError(f"{_where(folder)}: {name} does not hold the {count} committed messages")
+    return lines[:count]
+
+
+def _load(folder: Path, user_id: str, session_id: str) -> AgentState | None:
+    try:
+        return _load_committed(folder, user_id, session_id)
+    except OSError as exc:
+        raise StateStoreError(f"cannot read {_where(folder)}: {exc}") from exc
+
+
+def _load_committed(folder: Path, user_id: str, session_id: str) -> AgentState | None:
+    for _ in range(_LOAD_ATTEMPTS):
+        doc = _read_doc(folder)
+        if doc is None:
+            return None
+        _check_ids(folder, doc, user_id, session_id)
+        count, nbytes, name = _commit_info(folder, doc)
+        try:
+            lines = _read_lines(folder, name, count, nbytes)
+        except FileNotFoundError:
+            continue  # a concurrent save or delete switched files under us: read state.json again
+        try:
+            messages = [decode_message(line) for line in lines]
+            return decode_state(doc, messages)
+        except (TypeError, ValueError) as exc:
+            raise StateStoreError(f"{_where(folder)} is corrupt: {exc}") from exc
+    raise StateStoreError(f"{_where(folder)} kept changing while being read")
+
+
+def _open_locked(folder: Path, *, create: bool) -> int | None:
+    """An fd holding the folder's exclusive lock (None if the folder is missing and not `create`).
+
+    The lock file may be removed by a concurrent delete while we wait for it; locking a removed
+    file locks nothing, so after locking, check that the path still names the file we locked.
+    """
+    while True:
+        try:
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            if not create:
+                return None
+            continue  # a concurrent delete removed a parent folder between mkdir and open
+        except NotADirectoryError:
+            raise StateStoreError(f"{_where(folder)} is not a folder") from None
+        try:
+            _lock_fd(fd)
+            held = os.fstat(fd)
+            try:
+                current = os.stat(folder / LOCK_FILE)
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current is not None and (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev):
+            return fd
+        os.close(fd)
+
+
+def _write_doc(folder: Path, doc: Mapping[str, Any], fsync: bool) -> None:
+    """Replace state.json atomically (temp file in the same folder + `os.replace`)."""
+    tmp = folder / f".{STATE_FILE}.{uuid.uuid4().hex}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, _json.dumps_bytes(doc))
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, folder / STATE_FILE)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        _fsync_dir(folder)
+
+
+def _remove_stray_files(folder: Path, keep: str | None) -> None:
+    """Remove message files (and temp files) that no committed state refers to."""
+    with os.scandir(folder) as entries:
+        names = [entry.name for entry in entries]
+    for name in names:
+        if name != keep and (_MESSAGES_FILE.fullmatch(name) or name.endswith(".tmp")):
+            (folder / name).unlink(missing_ok=True)
+
+
+def _conflict(current: int, expected: int, user_id: str, session_id: str) -> StateConflictError:
+    return StateConflictError(f"session {session_id!r} of user {user_id!r} is at revision {current}, not {expected}")
+
+
+def _revision(folder: Path, doc: Mapping[str, Any] | None) -> int:
+    if doc is None:
+        return 0
+    try:
+        return int(doc.get("revision", 0))
+    except (TypeError, ValueError) as exc:
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _write_session(
+    folder: Path, user_id: str, session_id: str, expected: int | None, fsync: bool
+) -> Iterator[tuple[dict[str, Any] | None, int]]:
+    """Hold the session's file lock with its revision checked: yields (state document or None, revision)."""
+    try:
+        if expected is not None and expected != 0 and _read_doc(folder) is None:
+            raise _conflict(0, expected, user_id, session_id)  # leave no folder behind for a missing session
+        fd_lock = _open_locked(folder, create=True)
+        assert fd_lock is not None
+        try:
+            doc = _read_doc(folder)
+            if doc is not None:
+                _check_ids(folder, doc, user_id, session_id)
+            current = _revision(folder, doc)
+            if expected is not None and current != expected:
+                raise _conflict(current, expected, user_id, session_id)
+            if doc is None:
+                _remove_stray_files(folder, None)  # left by a crashed write or an interrupted delete
+                if fsync:  # make the new folders themselves durable
+                    _fsync_dir(folder.parent)
+                    _fsync_dir(folder.parent.parent)
+            yield doc, current
+        finally:
+            os.close(fd_lock)
+    except OSError as exc:
+        raise StateStoreError(f"cannot write {_where(folder)}: {exc}") from exc
+    except UnicodeEncodeError as exc:  # lone surrogates in a field
+        raise StateStoreError(f"cannot store text that is not valid Unicode: {exc.reason}") from None
+
+
+def _append(
+    folder: Path,
+    user_id: str,
+    session_id: str,
+    payload: bytes,
+    n_messages: int,
+    changed: Mapping[str, Any],
+    expected: int,
+    fsync: bool,
+) -> int:
+    with _write_session(folder, user_id, session_id, expected, fsync) as (doc, current):
+        now = time.time()
+        if doc is None:
+            doc = encode_state(
+                AgentState(user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+            )
+            count, nbytes, name = 0, 0, FIRST_MESSAGES_FILE
+        else:
+            count, nbytes, name = _commit_info(folder, doc)
+        if payload:
+            nbytes = _append_lines(folder / name, nbytes, payload, fsync)
+        doc = {
+            **doc,
+            **changed,
+            "revision": current + 1,
+            "updated_at": now,
+            "message_count": count + n_messages,
+            "messages_bytes": nbytes,
+            "messages_file": name,
+        }
+        _write_doc(folder, doc, fsync)  # the commit point
+        return current + 1
+
+
+def _append_lines(path: Path, committed: int, payload: bytes, fsync: bool) -> int:
+    """Write `payload` right after the committed bytes (dropping uncommitted leftovers); the new length."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if committed < 0:  # a state file without "messages_bytes": trust the file's end
+            committed = size
+        if size < committed:
+            raise StateStoreError(f"{path.name} is shorter than its committed {committed} bytes")
+        if size > committed:
+            os.ftruncate(fd, committed)  # lines of a write that crashed before its commit
+        os.lseek(fd, committed, os.SEEK_SET)
+        _write_all(fd, payload)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return committed + len(payload)
+
+
+def _save(
+    folder: Path,
+    doc: dict[str, Any],
+    payload: bytes,
+    n_messages: int,
+    expected: int | None,
+    fsync: bool,
+) -> int:
+    with _write_session(folder, doc["user_id"], doc["session_id"], expected, fsync) as (_, current):
+        revision = current + 1
+        name = f"messages.{revision}.jsonl"  # a new file: readers of the previous state keep theirs
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, payload)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        now = time.time()
+        new = {
+            **doc,
+            "revision": revision,
+            "created_at": float(doc.get("created_at") or now),
+            "updated_at": now,
+            "message_count": n_messages,
+            "messages_bytes": len(payload),
+            "messages_file": name,
+        }
+        _write_doc(folder, new, fsync)  # the commit point
+        _remove_stray_files(folder, name)
+        return revision
+
+
+def _delete(folder: Path, fsync: bool) -> bool:
+    try:
+        fd_lock = _open_locked(folder, create=False)
+    except OSError as exc:
+        raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
+    if fd_lock is None:
+        return False
+    try:
+        try:
+            (folder / STATE_FILE).unlink()  # the commit point: from here on the session does not exist
+            existed = True
+        except FileNotFoundError:
+            existed = False
+        if existed and fsync:
+            _fsync_dir(folder)
+        _remove_stray_files(folder, None)
+        (folder / LOCK_FILE).unlink(missing_ok=True)  # waiters notice and lock a fresh file
+    except OSError as exc:
+        raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
+    finally:
+        os.close(fd_lock)
+    for path in (folder, folder.parent):
+        try:
+            path.rmdir()  # fails harmlessly if a concurrent writer already put files back
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.EBUSY):
+                raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
+            break
+    return existed
+
+
+def _list_sessions(user_folder: Path, user_id: str) -> list[SessionInfo]:
+    try:
+        with os.scandir(user_folder) as it:
+            names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise StateStoreError(f"cannot list sessions in {str(user_folder)!r}: {exc}") from exc
+    infos: list[SessionInfo] = []
+    for name in names:
+        folder = user_folder / name
+        try:
+            doc = _read_doc(folder)
+        except OSError as exc:
+            raise StateStoreError(f"cannot read {_where(folder)}: {exc}") from exc
+        if doc is None:
+            continue  # being created, or left over from an interrupted delete
+        session_id = doc.get("session_id")
+        decoded = decode_id(name)
+        if (
+            doc.get("user_id") != user_id
+            or not isinstance(session_id, str)
+            or encode_id(session_id) != name
+            or (decoded is not None and decoded != session_id)
+        ):
+            raise StateStoreError(f"{_where(folder)} does not belong to user {user_id!r} (holds {session_id!r})")
+        count, _, _ = _commit_info(folder, doc)
+        try:
+            infos.append(
+                SessionInfo(
+                    user_id=user_id,
+                    session_id=session_id,
+                    message_count=count,
+                    revision=int(doc.get("revision", 0)),
+                    updated_at=float(doc.get("updated_at") or 0.0),
+                )
+            )
+        except (TypeError, ValueError) as exc:
+            raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
+    infos.sort(key=lambda i: (-i.updated_at, i.session_id))
+    return infos

@@ -1,0 +1,578 @@
+"""RedisStateStore: sessions in Redis, shared by every process that points at the same server.
+
+Key layout (``P`` = prefix, ``U`` / ``S`` = encoded user / session id, see `_id_token`)::
+
+    P:{U}:index          ZSET  session id -> updated_at               (the user's sessions)
+    P:{U}:s:S:h          HASH  format, version, user_id, session_id, revision,
+                               created_at, updated_at, message_count,
+                               f:<field> = JSON of each `STATE_FIELDS` entry
+    P:{U}:s:S:m          LIST  one JSON message per entry (`encode_message`), in order
+    P:{U}:s:S:lock       STRING "<fencing token>:<nonce>" while a process holds the session lock
+    P:{U}:s:S:fence      STRING the session's fencing-token counter
+    P:{U}:s:S:want       STRING the nonce of the waiter whose turn is next
+
+``{U}`` is a Redis Cluster hash tag: a user's sessions, their index and their locks share one
+slot, so every Lua script below touches keys of a single slot. Ids are encoded as unpadded
+url-safe base64 of their UTF-8 bytes (``=`` for the empty id, ``~`` + SHA-256 hex when the
+encoding would exceed 100 characters), so ``:``, braces, slashes, spaces, unicode and very long
+ids can neither collide nor break the layout; the original ids are kept in the hash.
+
+Every write is one Lua script: it checks the revision, pushes the new messages (O(new
+messages)), sets the changed fields (each field is its own hash entry, so nothing is re-encoded
+server-side and an append costs O(changed fields)), bumps the revision, updates the index and
+refreshes the expiry, all atomically. Loads are one script too (a consistent snapshot plus the
+sliding-expiry refresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import time
+import weakref
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from agentrt import _json
+from agentrt.errors import StateConflictError, StateStoreError, UserError
+from agentrt.message import Msg
+from agentrt.state.base import SCHEMA_VERSION, STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
+from agentrt.state.locks import LocalSessionLocks
+from agentrt.state.redis_lock import RedisLockScripts, RedisSessionLock
+
+__all__ = ["RedisStateStore"]
+
+_MAX_TOKEN = 100
+_FENCE_RETENTION = 7 * 24 * 3600.0
+"""How long a session's fencing counter survives its last lock acquisition (at least the ttl)."""
+
+# Sliding expiry, shared by the scripts (loads call it only with a ttl). KEYS: 1 hash, 2 list, 3 index.
+# With a ttl: hash and list get it; the index gets it unless it already lives longer (or forever:
+# a store without ttl wrote to it). Without a ttl: existing session expiries are left alone (the
+# list follows the hash) and the index is made persistent, since it must outlive its sessions.
+_TOUCH_LUA = """
+local function touch(ttl, index_is_new)
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    if index_is_new then
+      redis.call('PEXPIRE', KEYS[3], ttl)
+    else
+      local left = redis.call('PTTL', KEYS[3])
+      if left >= 0 and left < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+    end
+  else
+    local left = redis.call('PTTL', KEYS[1])
+    if left > 0 then redis.call('PEXPIRE', KEYS[2], left) end
+    redis.call('PERSIST', KEYS[3])
+  end
+end
+"""
+
+# KEYS: 1 hash, 2 list, 3 index.
+# ARGV: 1 mode ("append" | "replace"), 2 expected revision ("" = any, replace only), 3 now,
+#       4 ttl ms (0 = none), 5 index member (the session id), 6 schema version of the writer,
+#       7 number of "init" entries, 8 number of "set" entries, then the init entries (field/value
+#       pairs written only when the session is created or replaced), the set entries (always
+#       written), and the messages to push.
+# Returns {1, new revision}, {-1, current revision} on a stale revision, or {-2, stored version}
+# when the stored format version differs from the writer's (load first: that upgrades it).
+_WRITE_LUA = (
+    _TOUCH_LUA
+    + """
+local mode = ARGV[1]
+local stored = redis.call('HMGET', KEYS[1], 'revision', 'version')
+local current = tonumber(stored[1]) or 0
+if (mode == 'append' or ARGV[2] ~= '') and current ~= tonumber(ARGV[2]) then
+  return {-1, current}
+end
+if mode == 'append' and stored[2] and stored[2] ~= ARGV[6] then
+  return {-2, tonumber(stored[2])}
+end
+local ninit, nset = tonumber(ARGV[7]), tonumber(ARGV[8])
+local pos = 9
+if mode == 'replace' or current == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  if ninit > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, pos, pos + ninit - 1)) end
+end
+pos = pos + ninit
+if nset > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, pos, pos + nset - 1)) end
+pos = pos + nset
+local count = nil
+for i = pos, #ARGV, 1000 do
+  count = redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if not count then count = redis.call('LLEN', KEYS[2]) end
+local revision = current + 1
+redis.call('HSET', KEYS[1], 'revision', revision, 'updated_at', ARGV[3], 'message_count', count)
+local index_is_new = redis.call('EXISTS', KEYS[3]) == 0
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
+touch(tonumber(ARGV[4]), index_is_new)
+return {1, revision}
+"""
+)
+
+# KEYS: 1 hash, 2 list, 3 index.  ARGV: 1 ttl ms.  Returns {hash as a flat list, messages} or nil.
+_LOAD_LUA = (
+    _TOUCH_LUA
+    + """
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then return false end
+local messages = redis.call('LRANGE', KEYS[2], 0, -1)
+if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false) end
+return {fields, messages}
+"""
+)
+
+# KEYS: 1 hash, 2 list, 3 index.  ARGV: 1 index member.  1 if the session existed.
+_DELETE_LUA = """
+local existed = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return existed
+"""
+
+# KEYS: 1 index, 2.. the hashes of the listed members.  ARGV: the members.  Drops members whose
+# hash is gone (expired or deleted behind our back), checked here so a session re-created
+# meanwhile is kept.
+_PRUNE_LUA = """
+local dropped = 0
+for i, member in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    dropped = dropped + redis.call('ZREM', KEYS[1], member)
+  end
+end
+return dropped
+"""
+
+# KEYS: 1 hash.  ARGV: 1 revision the upgrade was computed from, then field/value pairs.
+# Rewrites an older-format document in place (same revision) unless someone wrote meanwhile.
+_UPGRADE_LUA = """
+if redis.call('HGET', KEYS[1], 'revision') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
+
+def _id_token(value: str) -> str:
+    """A key-safe, collision-free token for an id (no ``:``, braces, slashes or spaces)."""
+    if not value:
+        return "="
+    raw = value.encode("utf-8", "surrogatepass")
+    token = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    if len(token) > _MAX_TOKEN:
+        return "~" + hashlib.sha256(raw).hexdigest()
+    return token
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        user = f"{parts.username}:" if parts.username else ":"
+        return parts._replace(netloc=f"{user}***@{netloc}").geturl()
+    except ValueError:
+        return "<unparsable URL>"
+
+
+class RedisStateStore(BaseStateStore):
+    """Agent state in Redis (redis-py asyncio): a list per session for messages, a hash for the rest.
+
+    Args:
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` or ``unix://``; ignored
+            when `client` is given.
+        client: an existing ``redis.asyncio.Redis`` to use; the store never closes it.
+        prefix: the first component of every key (no braces), so stores can share a database.
+        ttl: seconds a session lives after its last load or write (sliding expiry); None: forever.
+        lock_ttl: seconds a session lock outlives a holder that stopped renewing it (e.g. died).
+
+    A store that creates its client keeps one per event loop (closed when that loop shuts down,
+    or by `close`), so it can serve several ``asyncio.run`` calls. A store without `ttl` leaves
+    the expiry of sessions written by a store with one alone. `session_lock` is a distributed
+    lock (see `agentrt.state.redis_lock`); ``async with`` yields the hold, whose
+    ``fencing_token`` increases with every acquisition.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        client: aioredis.Redis | None = None,
+        prefix: str = "agentrt",
+        ttl: float | None = None,
+        lock_ttl: float = 30.0,
+    ) -> None:
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise UserError(f"Redis key prefix must be non-empty and free of braces, got {prefix!r}")
+        if ttl is not None and not ttl > 0:
+            raise UserError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        if not lock_ttl >= 0.01:
+            raise UserError(f"lock_ttl must be at least 0.01 s, got {lock_ttl!r}")
+        self._owns_client = client is None
+        self._url = url
+        if client is None:
+            client = self._new_client()
+        self._client = client
+        self._client_used = False
+        # store-created clients, one per event loop: a redis.asyncio connection belongs to the loop
+        # that opened it, and `asyncio.run` (e.g. `agent.call_sync`) makes a new loop every time
+        self._loop_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncGenerator[None, None]]
+        ] = weakref.WeakKeyDictionary()
+        kwargs = client.connection_pool.connection_kwargs
+        password = kwargs.get("password")
+        self._secrets = [str(password)] if password else []
+        if kwargs.get("path"):
+            self._where = f"Redis at unix:{kwargs['path']} (db {kwargs.get('db', 0)})"
+        else:
+            self._where = f"Redis at {kwargs.get('host', '?')}:{kwargs.get('port', 6379)} (db {kwargs.get('db', 0)})"
+        self._prefix = prefix
+        self._ttl = ttl
+        self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+        self._lock_ttl = lock_ttl
+        self._closed = False
+        self._write = client.register_script(_WRITE_LUA)
+        self._load = client.register_script(_LOAD_LUA)
+        self._delete = client.register_script(_DELETE_LUA)
+        self._prune = client.register_script(_PRUNE_LUA)
+        self._upgrade = client.register_script(_UPGRADE_LUA)
+        self._lock_scripts = RedisLockScripts(client)
+
+    def _new_client(self) -> aioredis.Redis:
+        try:
+            return aioredis.from_url(self._url, socket_connect_timeout=5.0)
+        except ValueError as exc:
+            raise StateStoreError(f"invalid Redis URL {_redact(self._url)!r}: {exc}") from None
+
+    async def _conn(self) -> aioredis.Redis:
+        """The client to use on the running event loop."""
+        if self._closed:
+            raise StateStoreError(f"this RedisStateStore ({self._where}) is closed")
+        if not self._owns_client:
+            return self._client
+        loop = asyncio.get_running_loop()
+        entry = self._loop_clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        client = self._new_client() if self._client_used else self._client
+        self._client_used = True
+        guard = self._close_with_loop(client)
+        await guard.__anext__()  # runs to its `yield` at once; registers it with the loop
+        self._loop_clients[loop] = (client, guard)
+        return client
+
+    async def _close_with_loop(self, client: aioredis.Redis) -> AsyncGenerator[None, None]:
+        # Left suspended; the loop's shutdown_asyncgens() (asyncio.run does it) or `close` ends it.
+        # It must not reference the loop: the weak-keyed map holds it.
+        try:
+            yield
+        finally:
+            for loop, (owned, _) in list(self._loop_clients.items()):
+                if owned is client:
+                    del self._loop_clients[loop]
+            await client.aclose()
+
+    @property
+    def prefix(self) -> str:
+        """The first component of every key this store writes."""
+        return self._prefix
+
+    @property
+    def ttl(self) -> float | None:
+        """Seconds a session lives after its last use, or None."""
+        return self._ttl
+
+    def __repr__(self) -> str:
+        return f"RedisStateStore({self._where}, prefix={self._prefix!r}, ttl={self._ttl!r})"
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    def _user_base(self, user_id: str) -> str:
+        return f"{self._prefix}:{{{_id_token(user_id)}}}"
+
+    def _index_key(self, user_id: str) -> str:
+        return f"{self._user_base(user_id)}:index"
+
+    def _session_base(self, user_id: str, session_id: str) -> str:
+        return f"{self._user_base(user_id)}:s:{_id_token(session_id)}"
+
+    def _keys(self, user_id: str, session_id: str) -> list[str]:
+        """Hash, list and index keys of a session, in the order the scripts expect."""
+        base = self._session_base(user_id, session_id)
+        return [f"{base}:h", f"{base}:m", self._index_key(user_id)]
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _error(self, exc: RedisError) -> StateStoreError:
+        detail = str(exc) or type(exc).__name__
+        for secret in self._secrets:
+            detail = detail.replace(secret, "***")
+        if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+            return StateStoreError(f"cannot reach {self._where}: {detail}")
+        return StateStoreError(f"{self._where} failed: {detail}")
+
+    @contextmanager
+    def _redis_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except RedisError as exc:
+            raise self._error(exc) from exc
+
+    @staticmethod
+    def _describe(user_id: str, session_id: str) -> str:
+        return f"session {session_id!r} of user {user_id!r}"
+
+    # -- the store protocol --------------------------------------------------------------------
+
+    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+        """The stored state, or None; refreshes the session's expiry when the store has a ttl."""
+        keys = self._keys(user_id, session_id)
+        client = await self._conn()
+        with self._redis_errors():
+            reply = await self._load(keys=keys, args=[self._ttl_ms], client=client)
+        if reply is None:
+            return None
+        flat, items = reply
+        stored: dict[str, bytes | str] = {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
+        if _text(stored.get("user_id", b"")) != user_id or _text(stored.get("session_id", b"")) != session_id:
+            raise StateStoreError(f"{self._describe(user_id, session_id)}: stored ids do not match its key")
+        try:
+            version = int(stored.get("version", 1))
+            doc: dict[str, Any] = {
+                "format": _text(stored.get("format", FORMAT)),
+                "version": version,
+                "user_id": user_id,
+                "session_id": session_id,
+                "revision": int(stored["revision"]),
+                "created_at": float(stored.get("created_at", 0.0)),
+                "updated_at": float(stored.get("updated_at", 0.0)),
+            }
+            for name in STATE_FIELDS:
+                raw = stored.get(f"f:{name}")
+                if raw is not None:
+                    doc[name] = _json.loads(raw)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise StateStoreError(f"{self._describe(user_id, session_id)} is corrupt: {exc}") from exc
+        state = decode_state(doc, [decode_message(item) for item in items])
+        if version < SCHEMA_VERSION:
+            await self._upgrade_in_place(keys[0], state)
+        return state
+
+    async def _upgrade_in_place(self, hash_key: str, state: AgentState) -> None:
+        """Rewrite an older-format document in the current format (same revision)."""
+        args: list[Any] = [state.revision, "format", FORMAT, "version", SCHEMA_VERSION]
+        for name, value in encode_fields(state.fields_dict()).items():
+            args += [f"f:{name}", _json.dumps(value)]
+        client = await self._conn()
+        with self._redis_errors():
+            await self._upgrade(keys=[hash_key], args=args, client=client)
+
+    async def append(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Sequence[Msg],
+        *,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int,
+    ) -> int:
+        """Append messages and set changed fields if `expected_revision` is current (one round trip)."""
+        now = repr(time.time())
+        init = self._header(user_id, session_id, created_at=now)
+        changed: list[Any] = []
+        for name, value in encode_fields(fields or {}).items():
+            changed += [f"f:{name}", _json.dumps(value)]
+        return await self._run_write(
+            user_id,
+            session_id,
+            "append",
+            int(expected_revision),
+            now,
+            init,
+            changed,
+            [encode_message(m) for m in messages],
+        )
+
+    async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
+        """Replace the whole session (messages and fields) atomically."""
+        now = repr(time.time())
+        created = repr(float(state.created_at)) if state.created_at else now
+        init = self._header(state.user_id, state.session_id, created_at=created)
+        for name, value in encode_fields(state.fields_dict()).items():
+            init += [f"f:{name}", _json.dumps(value)]
+        return await self._run_write(
+            state.user_id,
+            state.session_id,
+            "replace",
+            expected_revision,
+            now,
+            init,
+            [],
+            [encode_message(m) for m in state.messages],
+        )
+
+    @staticmethod
+    def _header(user_id: str, session_id: str, *, created_at: str) -> list[Any]:
+        return [
+            "format",
+            FORMAT,
+            "version",
+            SCHEMA_VERSION,
+            "user_id",
+            user_id,
+            "session_id",
+            session_id,
+            "created_at",
+            created_at,
+        ]
+
+    async def _run_write(
+        self,
+        user_id: str,
+        session_id: str,
+        mode: str,
+        expected_revision: int | None,
+        now: str,
+        init: list[Any],
+        changed: list[Any],
+        encoded_messages: list[str],
+    ) -> int:
+        args: list[Any] = [
+            mode,
+            "" if expected_revision is None else expected_revision,
+            now,
+            self._ttl_ms,
+            session_id,
+            SCHEMA_VERSION,
+            len(init),
+            len(changed),
+            *init,
+            *changed,
+            *encoded_messages,
+        ]
+        client = await self._conn()
+        with self._redis_errors():
+            status, value = await self._write(keys=self._keys(user_id, session_id), args=args, client=client)
+        status, value = int(status), int(value)
+        if status == 1:
+            return value
+        what = self._describe(user_id, session_id)
+        if status == -1:
+            raise StateConflictError(f"{what} is at revision {value}, not {expected_revision}")
+        if value > SCHEMA_VERSION:
+            raise StateStoreError(
+                f"{what} is stored in format version {value}, newer than this agentrt writes ({SCHEMA_VERSION}); "
+                "upgrade agentrt"
+            )
+        raise StateConflictError(f"{what} is stored in the older format version {value}; load it (which upgrades it)")
+
+    async def delete(self, user_id: str, session_id: str) -> bool:
+        """Remove the session's messages, fields and index entry (its fencing counter stays)."""
+        client = await self._conn()
+        with self._redis_errors():
+            existed = await self._delete(keys=self._keys(user_id, session_id), args=[session_id], client=client)
+        return bool(existed)
+
+    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions, newest first; drops index entries whose session expired."""
+        index = self._index_key(user_id)
+        client = await self._conn()
+        with self._redis_errors():
+            raw_members: list[Any] = await client.zrange(index, 0, -1, desc=True)
+            members = [_text(m) for m in raw_members]
+            if not members:
+                return []
+            pipe = client.pipeline(transaction=False)
+            hash_keys = [self._keys(user_id, sid)[0] for sid in members]
+            for key in hash_keys:
+                pipe.hmget(key, ["revision", "message_count", "updated_at", "session_id"])
+            rows = await pipe.execute()
+            infos: list[SessionInfo] = []
+            gone: list[int] = []
+            for i, (sid, row) in enumerate(zip(members, rows, strict=True)):
+                revision, count, updated, stored_sid = row
+                if revision is None or stored_sid is None or _text(stored_sid) != sid:
+                    gone.append(i)
+                    continue
+                infos.append(
+                    SessionInfo(
+                        user_id=user_id,
+                        session_id=sid,
+                        message_count=int(count or 0),
+                        revision=int(revision),
+                        updated_at=float(updated or 0.0),
+                    )
+                )
+            if gone:
+                await self._prune(
+                    keys=[index, *(hash_keys[i] for i in gone)], args=[members[i] for i in gone], client=client
+                )
+        infos.sort(key=lambda info: info.updated_at, reverse=True)
+        return infos
+
+    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> RedisSessionLock:
+        """A lock on the session shared by every process using this Redis and prefix.
+
+        ``async with store.session_lock(u, s, timeout=5) as hold:`` waits in arrival order behind
+        calls of this process, then for the Redis lock; `SessionBusyError` after `timeout` seconds
+        in total. ``hold.fencing_token`` strictly increases with each acquisition of the session.
+        """
+        if self._closed:
+            raise StateStoreError(f"this RedisStateStore ({self._where}) is closed")
+        locks = self._locks
+        if locks is None:
+            locks = self._locks = LocalSessionLocks()
+        base = self._session_base(user_id, session_id)
+        return RedisSessionLock(
+            locks,
+            (user_id, session_id),
+            timeout,
+            scripts=self._lock_scripts,
+            connect=self._conn,
+            lock_key=f"{base}:lock",
+            fence_key=f"{base}:fence",
+            want_key=f"{base}:want",
+            lock_ttl=self._lock_ttl,
+            fence_retention=max(_FENCE_RETENTION, self._ttl or 0.0),
+            describe=self._describe(user_id, session_id),
+            error=self._error,
+        )
+
+    async def close(self) -> None:
+        """Close the client if this store created it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._owns_client:
+            return
+        if not self._client_used:
+            await self._client.aclose()
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - close() is a coroutine, so a loop is running
+            loop = None
+        entries = list(self._loop_clients.items())
+        self._loop_clients.clear()
+        for owner, (_, guard) in entries:
+            if owner is loop:
+                await guard.aclose()
+            # clients of other loops close when those loops shut down (their guards run then)
+
+    async def __aenter__(self) -> Self:
+        return self

@@ -1,0 +1,936 @@
+"""SqlStateStore: PostgreSQL and MySQL/MariaDB through SQLAlchemy's async Core (asyncpg / asyncmy).
+
+Schema (``<prefix>`` is ``table_prefix``, ``agentrt_`` by default; created on first use)::
+
+    <prefix>sessions
+        user_id          VARCHAR(255)  the id, or "sha256:<hex of the id>" when it has more than 255
+        session_id       VARCHAR(255)  characters or starts with "sha256:" (MySQL/MariaDB: VARBINARY(1020)
+                                       holding UTF-8, so keys compare exactly: no case folding, no padding)
+        user_id_full     TEXT NULL     the original id when the key column holds its hash
+        session_id_full  TEXT NULL
+        revision         BIGINT
+        doc              TEXT (MySQL: LONGTEXT)  encode_state(include_messages=False) as JSON
+        message_count    BIGINT
+        created_at       DOUBLE PRECISION        seconds since the epoch
+        updated_at       DOUBLE PRECISION
+        PRIMARY KEY (user_id, session_id), INDEX <prefix>sessions_by_user (user_id, updated_at)
+    <prefix>messages
+        user_id, session_id            as above
+        seq              BIGINT        0, 1, 2, ... in conversation order
+        body             TEXT (MySQL: LONGTEXT)  one encode_message JSON text
+        PRIMARY KEY (user_id, session_id, seq)
+
+The columns ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and
+override the copies in ``doc`` on load (``doc`` is rewritten only when fields change).
+
+`append` is one transaction costing O(new messages): a compare-and-set ``UPDATE ... SET revision =
+revision + 1 WHERE ... AND revision = :expected`` (no matching row: `StateConflictError`), the
+insert of the new message rows only, and the rewrite of ``doc`` only if fields changed. A first
+append (expected revision 0) inserts the session row; losing that race is a conflict too.
+
+`session_lock` takes the in-process FIFO lock, then a database lock on a dedicated connection held
+for the duration: ``pg_try_advisory_lock`` on PostgreSQL, ``GET_LOCK`` on MySQL/MariaDB, polled
+with jittered backoff (2 ms doubling up to ``lock_poll``) until the timeout (`SessionBusyError`).
+The server releases the lock when that connection dies, so a crashed process never keeps a session
+locked. A waiting process first takes the session's second, "want" lock, and a process can only
+take the session lock while nobody else holds that, so contending processes take turns instead of
+one process re-acquiring ahead of the others. Lock connections come from a pool of their own
+(``pool_size`` + 2 x ``pool_size`` overflow): a holder keeps one for the whole call, and must never
+starve the reads and writes it is waiting on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import mysql as sa_mysql
+from sqlalchemy.engine import URL, Dialect, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from agentrt import _json
+from agentrt.errors import AgentrtError, SessionBusyError, StateConflictError, StateStoreError, UserError
+from agentrt.message import Msg
+from agentrt.state.base import STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
+from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+
+__all__ = ["SqlSessionLock", "SqlStateStore"]
+
+logger = logging.getLogger("agentrt.state")
+
+_T = TypeVar("_T")
+
+_KEY_CHARS = 255
+_HASH_MARK = "sha256:"
+_PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+_ASYNC_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "mysql": ("asyncmy", "aiomysql")}
+_CONNECT_TIMEOUT = 10
+_ATTEMPTS = 4  # a transaction the database rolled back as a deadlock victim is retried this often
+_MIN_POLL = 0.002
+_DDL_LOCK_WAIT = 60
+_CHECKOUT_GRACE = 1.0
+
+# lock poll results: 1 = acquired, 2 = first in line (holding the "want" lock), 0 = someone else is first in line
+_PG_TRY = (
+    "SELECT CASE WHEN pg_try_advisory_lock(:want) THEN"
+    " CASE WHEN pg_try_advisory_lock(:main) THEN CASE WHEN pg_advisory_unlock(:want) THEN 1 ELSE 1 END ELSE 2 END"
+    " ELSE 0 END"
+)
+_PG_TRY_IN_LINE = (
+    "SELECT CASE WHEN pg_try_advisory_lock(:main) THEN CASE WHEN pg_advisory_unlock(:want) THEN 1 ELSE 1 END ELSE 2 END"
+)
+_PG_UNLOCK = "SELECT pg_advisory_unlock(:main)"
+_PG_UNLOCK_WANT = "SELECT pg_advisory_unlock(:want)"
+_MY_TRY = (
+    "SELECT CASE WHEN GET_LOCK(:want, 0) = 1 THEN"
+    " CASE WHEN GET_LOCK(:main, 0) = 1 THEN CASE WHEN RELEASE_LOCK(:want) = 1 THEN 1 ELSE 1 END ELSE 2 END"
+    " ELSE 0 END"
+)
+_MY_TRY_IN_LINE = (
+    "SELECT CASE WHEN GET_LOCK(:main, 0) = 1 THEN CASE WHEN RELEASE_LOCK(:want) = 1 THEN 1 ELSE 1 END ELSE 2 END"
+)
+_MY_UNLOCK = "SELECT RELEASE_LOCK(:main)"
+_MY_UNLOCK_WANT = "SELECT RELEASE_LOCK(:want)"
+
+
+class _Key(sa.types.TypeDecorator[str]):
+    """A session-key column: exact, binary comparison on every dialect."""
+
+    impl = sa.String(_KEY_CHARS)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            # utf8mb4 collations fold case and accents and ignore trailing spaces: compare bytes instead
+            return dialect.type_descriptor(sa_mysql.VARBINARY(_KEY_CHARS * 4))
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(sa.String(_KEY_CHARS, collation="C"))
+        return dialect.type_descriptor(sa.String(_KEY_CHARS))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name in ("mysql", "mariadb"):
+            return value.encode()
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value).decode()
+        return None if value is None else str(value)
+
+
+def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    metadata = sa.MetaData()
+    long_text = sa.Text().with_variant(sa_mysql.LONGTEXT(), "mysql", "mariadb")
+    sessions = sa.Table(
+        f"{prefix}sessions",
+        metadata,
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("user_id_full", long_text, nullable=True),
+        sa.Column("session_id_full", long_text, nullable=True),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("doc", long_text, nullable=False),
+        sa.Column("message_count", sa.BigInteger(), nullable=False),
+        sa.Column("created_at", sa.Double(), nullable=False),
+        sa.Column("updated_at", sa.Double(), nullable=False),
+        sa.Index(f"{prefix}sessions_by_user", "user_id", "updated_at"),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    messages = sa.Table(
+        f"{prefix}messages",
+        metadata,
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+        sa.Column("body", long_text, nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    return metadata, sessions, messages
+
+
+def _key(value: str, what: str) -> tuple[str, str | None]:
+    """The key column value for an id, and the id itself when the key is its hash."""
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise UserError(f"{what} must not contain NUL characters")
+    if len(value) <= _KEY_CHARS and not value.startswith(_HASH_MARK):
+        return value, None
+    return _HASH_MARK + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest(), value
+
+
+def _digest(*parts: str) -> bytes:
+    return hashlib.sha256(_json.dumps_bytes(list(parts))).digest()
+
+
+class _CasFailedError(Exception):
+    """The compare-and-set failed (raised inside the transaction, reported after it)."""
+
+
+class _CreateRaceError(Exception):
+    """An unconditional save lost a create race: run it again."""
+
+
+class SqlStateStore(BaseStateStore):
+    """Sessions in PostgreSQL or MySQL/MariaDB, through SQLAlchemy's async Core.
+
+    Args:
+        url: A SQLAlchemy URL: ``postgresql+asyncpg://user:pw@host:5432/db`` or
+            ``mysql+asyncmy://user:pw@host:3306/db`` (``postgresql://`` and ``mysql://`` /
+            ``mariadb://`` get those drivers). Leave it out when you pass `engine`.
+        engine: Use this engine instead of creating one; the store never disposes it, and takes its
+            session-lock connections from it too (one per held lock: size its pool accordingly).
+        table_prefix: Prefix of the two table names (letters, digits, underscores; ≤ 40 characters).
+        pool_size: Connections kept by each of the store's two pools (data, and session locks);
+            each may grow by as many again under load.
+        lock_poll: Longest pause between two tries of a busy session lock, in seconds (tries start
+            2 ms apart and back off, with jitter, up to this).
+
+    Raises:
+        StateStoreError: The URL is invalid or names no supported async driver (the message never
+            contains the password).
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        table_prefix: str = "agentrt_",
+        pool_size: int = 10,
+        lock_poll: float = 0.05,
+    ) -> None:
+        if not isinstance(table_prefix, str) or not _PREFIX_RE.fullmatch(table_prefix):
+            raise UserError(
+                f"table_prefix {table_prefix!r} must be 1-40 letters, digits or underscores, not starting with a digit"
+            )
+        if pool_size < 1:
+            raise UserError(f"pool_size must be at least 1, not {pool_size}")
+        if not lock_poll > 0:
+            raise UserError(f"lock_poll must be positive, not {lock_poll}")
+        self._prefix = table_prefix
+        self._lock_poll = float(lock_poll)
+        self._closed = False
+        self._ready = False
+        self._ddl_lock = asyncio.Lock()
+        self._local = LocalSessionLocks()
+        if engine is not None and url is not None:
+            raise UserError("give SqlStateStore a URL or an engine, not both")
+        if engine is not None:
+            self._url = engine.url
+            self._engine = engine
+            self._lock_engine = engine
+            self._owns_engine = False
+        else:
+            if url is None:
+                raise UserError(
+                    "SqlStateStore needs a URL (postgresql+asyncpg://... or mysql+asyncmy://...) or an engine"
+                )
+            self._url = _parse_url(url)
+            self._engine, self._lock_engine = _create_engines(self._url, pool_size)
+            self._owns_engine = True
+        backend = self._url.get_backend_name()
+        self._pg = backend == "postgresql"
+        self._mysql = backend in ("mysql", "mariadb")
+        if not (self._pg or self._mysql):
+            raise StateStoreError(
+                f"SqlStateStore supports PostgreSQL and MySQL/MariaDB, not {backend!r} ({self._where})"
+            )
+        self._metadata, self._sessions, self._messages = _define_tables(table_prefix)
+
+    # -- public API ----------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine the store reads and writes through."""
+        return self._engine
+
+    @property
+    def table_prefix(self) -> str:
+        """The prefix of the store's table names."""
+        return self._prefix
+
+    def __repr__(self) -> str:
+        return f"SqlStateStore({self._url.render_as_string(hide_password=True)!r}, table_prefix={self._prefix!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def create_tables(self) -> None:
+        """Create the tables if they do not exist (done automatically on first use)."""
+        await self._ensure_tables()
+
+    async def drop_tables(self) -> None:
+        """Drop the store's two tables and everything in them (for tests and uninstalls)."""
+        self._check_open()
+
+        async def run() -> None:
+            async with self._engine.begin() as conn:
+                await conn.run_sync(self._metadata.drop_all, checkfirst=True)
+
+        await self._run("drop tables", run)
+        self._ready = False
+
+    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+        """The stored state, or None if the session does not exist."""
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        await self._ensure_tables()
+        found = await self._run("load", lambda: self._load_tx(uk, sk))
+        if found is None:
+            return None
+        revision, raw_doc, count, created_at, updated_at, bodies = found
+        where = f"session {session_id!r} of user {user_id!r}"
+        if len(bodies) != count:
+            raise StateStoreError(f"stored {where} is corrupt: expected {count} messages, found {len(bodies)}")
+        doc = _parse_doc(raw_doc, where)
+        try:
+            state = decode_state(doc, [decode_message(body) for body in bodies])
+        except (TypeError, ValueError) as exc:
+            raise StateStoreError(f"stored {where} is corrupt: {exc}") from exc
+        state.user_id = user_id
+        state.session_id = session_id
+        state.revision = int(revision)
+        state.created_at = float(created_at)
+        state.updated_at = float(updated_at)
+        return state
+
+    async def append(
+        self,
+        user_id: str,
+        session_id: str,
+        messages: Sequence[Msg],
+        *,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int,
+    ) -> int:
+        """Append messages and set changed fields if `expected_revision` is current; returns the new revision."""
+        uk, ufull = _key(user_id, "user_id")
+        sk, sfull = _key(session_id, "session_id")
+        patch = _encode_patch(fields)
+        bodies = [encode_message(m) for m in messages]
+        await self._ensure_tables()
+        if expected_revision < 0:
+            raise await self._conflict(user_id, session_id, uk, sk, expected_revision)
+
+        async def run() -> int:
+            return await self._append_tx(uk, sk, ufull, sfull, user_id, session_id, bodies, patch, expected_revision)
+
+        try:
+            return await self._run("append", run)
+        except _CasFailedError:
+            raise await self._conflict(user_id, session_id, uk, sk, expected_revision) from None
+
+    async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
+        """Replace the whole state (messages too); returns the new revision."""
+        uk, ufull = _key(state.user_id, "user_id")
+        sk, sfull = _key(state.session_id, "session_id")
+        doc = encode_state(state, include_messages=False)
+        bodies = [encode_message(m) for m in state.messages]
+        await self._ensure_tables()
+        if expected_revision is not None and expected_revision < 0:
+            raise await self._conflict(state.user_id, state.session_id, uk, sk, expected_revision)
+
+        async def run() -> int:
+            return await self._save_tx(uk, sk, ufull, sfull, doc, bodies, float(state.created_at), expected_revision)
+
+        for _ in range(_ATTEMPTS):
+            try:
+                return await self._run("save", run)
+            except _CasFailedError:
+                assert expected_revision is not None
+                raise await self._conflict(state.user_id, state.session_id, uk, sk, expected_revision) from None
+            except _CreateRaceError:
+                continue
+        raise StateStoreError(f"save of session {state.session_id!r} kept racing other writers; try again")
+
+    async def delete(self, user_id: str, session_id: str) -> bool:
+        """Remove a session and its messages; True if it existed."""
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        await self._ensure_tables()
+        return await self._run("delete", lambda: self._delete_tx(uk, sk))
+
+    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions, most recently updated first."""
+        uk, _ = _key(user_id, "user_id")
+        await self._ensure_tables()
+        s = self._sessions
+        stmt = (
+            sa.select(s.c.session_id, s.c.session_id_full, s.c.message_count, s.c.revision, s.c.updated_at)
+            .where(s.c.user_id == uk)
+            .order_by(s.c.updated_at.desc(), s.c.session_id)
+        )
+
+        async def run() -> list[tuple[Any, ...]]:
+            async with self._engine.connect() as conn:
+                return [tuple(row) for row in (await conn.execute(stmt)).all()]
+
+        rows = await self._run("list sessions", run)
+        return [
+            SessionInfo(
+                user_id=user_id,
+                session_id=full if full is not None else key,
+                message_count=int(count),
+                revision=int(revision),
+                updated_at=float(updated_at),
+            )
+            for key, full, count, revision, updated_at in rows
+        ]
+
+    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> SqlSessionLock:
+        """``async with store.session_lock(user, session):`` - one caller at a time, across processes.
+
+        Raises `SessionBusyError` if the lock is not acquired within `timeout` seconds (None: wait).
+        """
+        _key(user_id, "user_id")
+        _key(session_id, "session_id")
+        return SqlSessionLock(self._local, user_id, session_id, timeout, store=self)
+
+    async def close(self) -> None:
+        """Dispose of the engines the store created (never one passed in). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_engine:
+            await self._engine.dispose()
+            if self._lock_engine is not self._engine:
+                await self._lock_engine.dispose()
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _where_key(self, table: sa.Table, uk: str, sk: str) -> sa.ColumnElement[bool]:
+        return sa.and_(table.c.user_id == uk, table.c.session_id == sk)
+
+    async def _load_tx(self, uk: str, sk: str) -> tuple[int, str, int, float, float, list[str]] | None:
+        s, m = self._sessions, self._messages
+        async with self._engine.connect() as conn:
+            if self._pg:  # one snapshot for both reads (MySQL engines we create default to it)
+                await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                row = (
+                    await conn.execute(
+                        sa.select(s.c.revision, s.c.doc, s.c.message_count, s.c.created_at, s.c.updated_at).where(
+                            self._where_key(s, uk, sk)
+                        )
+                    )
+                ).first()
+                if row is None:
+                    return None
+                revision, doc, count, created_at, updated_at = row
+                # `seq < count` keeps reads consistent even under READ COMMITTED (a user's engine)
+                bodies = (
+                    await conn.execute(
+                        sa.select(m.c.body).where(self._where_key(m, uk, sk), m.c.seq < count).order_by(m.c.seq)
+                    )
+                ).scalars()
+                return int(revision), str(doc), int(count), float(created_at), float(updated_at), list(bodies)
+
+    async def _append_tx(
+        self,
+        uk: str,
+        sk: str,
+        ufull: str | None,
+        sfull: str | None,
+        user_id: str,
+        session_id: str,
+        bodies: list[str],
+        patch: dict[str, Any] | None,
+        expected: int,
+    ) -> int:
+        s, m = self._sessions, self._messages
+        n = len(bodies)
+        now = time.time()
+        revision = expected + 1
+        async with self._engine.begin() as conn:
+            if expected == 0:
+                doc = encode_state(
+                    AgentState(user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+                )
+                doc.update(patch or {}, revision=revision, updated_at=now)
+                try:
+                    await conn.execute(
+                        sa.insert(s).values(
+                            user_id=uk,
+                            session_id=sk,
+                            user_id_full=ufull,
+                            session_id_full=sfull,
+                            revision=revision,
+                            doc=_json.dumps(doc),
+                            message_count=n,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+                except sa_exc.IntegrityError:
+                    raise _CasFailedError from None
+                base = 0
+            else:
+                where = self._where_key(s, uk, sk)
+                cas = (
+                    sa.update(s)
+                    .where(where, s.c.revision == expected)
+                    .values(revision=s.c.revision + 1, message_count=s.c.message_count + n, updated_at=now)
+                )
+                wanted = [s.c.message_count, s.c.doc] if patch else [s.c.message_count]
+                if self._pg:
+                    row = (await conn.execute(cas.returning(*wanted))).first()
+                    if row is None:
+                        raise _CasFailedError
+                else:
+                    if (await conn.execute(cas)).rowcount != 1:
+                        raise _CasFailedError
+                    row = (await conn.execute(sa.select(*wanted).where(where))).one()
+                base = int(row[0]) - n
+                if patch:
+                    doc = _parse_doc(row[1], f"session {session_id!r} of user {user_id!r}")
+                    doc.update(patch, revision=revision, updated_at=now)
+                    await conn.execute(sa.update(s).where(where).values(doc=_json.dumps(doc)))
+            if bodies:
+                await conn.execute(
+                    sa.insert(m),
+                    [{"user_id": uk, "session_id": sk, "seq": base + i, "body": body} for i, body in enumerate(bodies)],
+                )
+        return revision
+
+    async def _save_tx(
+        self,
+        uk: str,
+        sk: str,
+        ufull: str | None,
+        sfull: str | None,
+        doc: dict[str, Any],
+        bodies: list[str],
+        created_at: float,
+        expected: int | None,
+    ) -> int:
+        s, m = self._sessions, self._messages
+        now = time.time()
+        where = self._where_key(s, uk, sk)
+        async with self._engine.begin() as conn:
+            if expected is None:
+                row = (await conn.execute(sa.select(s.c.revision).where(where).with_for_update())).first()
+                current = 0 if row is None else int(row[0])
+            else:
+                current = expected
+            revision = current + 1
+            values = {
+                "revision": revision,
+                "doc": _json.dumps({**doc, "revision": revision, "created_at": created_at, "updated_at": now}),
+                "message_count": len(bodies),
+                "created_at": created_at,
+                "updated_at": now,
+            }
+            if current == 0:
+                try:
+                    await conn.execute(
+                        sa.insert(s).values(
+                            user_id=uk, session_id=sk, user_id_full=ufull, session_id_full=sfull, **values
+                        )
+                    )
+                except sa_exc.IntegrityError:
+                    raise (_CreateRaceError if expected is None else _CasFailedError) from None
+            else:
+                result = await conn.execute(sa.update(s).where(where, s.c.revision == current).values(**values))
+                if result.rowcount != 1:
+                    raise _CreateRaceError if expected is None else _CasFailedError
+                await conn.execute(sa.delete(m).where(self._where_key(m, uk, sk)))
+            if bodies:
+                await conn.execute(
+                    sa.insert(m),
+                    [{"user_id": uk, "session_id": sk, "seq": i, "body": body} for i, body in enumerate(bodies)],
+                )
+        return revision
+
+    async def _delete_tx(self, uk: str, sk: str) -> bool:
+        async with self._engine.begin() as conn:
+            # the session row first: the lock order of append and save, so no deadlock between them
+            result = await conn.execute(sa.delete(self._sessions).where(self._where_key(self._sessions, uk, sk)))
+            await conn.execute(sa.delete(self._messages).where(self._where_key(self._messages, uk, sk)))
+            return result.rowcount > 0
+
+    async def _conflict(self, user_id: str, session_id: str, uk: str, sk: str, expected: int) -> StateConflictError:
+        s = self._sessions
+
+        async def run() -> int:
+            async with self._engine.connect() as conn:
+                value = (await conn.execute(sa.select(s.c.revision).where(self._where_key(s, uk, sk)))).scalar()
+                return 0 if value is None else int(value)
+
+        current = await self._run("read revision", run)
+        return StateConflictError(
+            f"session {session_id!r} of user {user_id!r} is at revision {current}, not {expected}"
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def _where(self) -> str:
+        url = self._url
+        host = url.host or "localhost"
+        port = f":{url.port}" if url.port else ""
+        return f"{url.get_backend_name()} database {url.database or ''!r} on {host}{port}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UserError(f"{self!r} is closed")
+
+    async def _ensure_tables(self) -> None:
+        self._check_open()
+        if self._ready:
+            return
+        async with self._ddl_lock:
+            if self._ready:
+                return
+            await self._run("create tables", self._create_tables)
+            self._ready = True
+
+    async def _create_tables(self) -> None:
+        # a database-wide lock keeps processes starting together from racing on CREATE TABLE
+        name = self._lock_name("ddl", self._prefix)
+        async with self._engine.connect() as conn:
+            if self._pg:
+                await conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._pg_key("ddl", self._prefix)}
+                )
+                await conn.run_sync(self._metadata.create_all, checkfirst=True)
+                await conn.commit()
+                return
+            got = (await conn.execute(sa.text("SELECT GET_LOCK(:n, :t)"), {"n": name, "t": _DDL_LOCK_WAIT})).scalar()
+            if got != 1:
+                raise StateStoreError(f"could not get the table-creation lock on {self._where} in {_DDL_LOCK_WAIT} s")
+            try:
+                await conn.run_sync(self._metadata.create_all, checkfirst=True)
+                await conn.commit()
+            finally:
+                try:
+                    await conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": name})
+                except BaseException:
+                    await _discard(conn)  # closing the connection frees the lock
+                    raise
+
+    async def _run(self, what: str, op: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one transaction, retrying deadlock victims (rolled back: safe), mapping driver errors."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await op()
+            except (AgentrtError, _CasFailedError, _CreateRaceError):
+                raise
+            except sa_exc.DBAPIError as exc:
+                if attempt < _ATTEMPTS and _is_deadlock(exc):
+                    await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
+                    continue
+                raise self._error(what, exc) from exc
+            except (sa_exc.SQLAlchemyError, OSError) as exc:
+                raise self._error(what, exc) from exc
+
+    def _error(self, what: str, exc: BaseException) -> StateStoreError:
+        cause: BaseException = exc
+        if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
+            cause = exc.orig
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        reason = f"{type(cause).__name__}: {reason[:300]}" if reason else type(cause).__name__
+        password = self._url.password
+        if password:
+            reason = reason.replace(str(password), "***")
+        return StateStoreError(f"SQL state store: {what} failed on {self._where}: {reason}")
+
+    # -- session locks -------------------------------------------------------------------------
+
+    def _pg_key(self, *parts: str) -> int:
+        return int.from_bytes(_digest("agentrt", *parts)[:8], "big", signed=True)
+
+    def _lock_name(self, *parts: str) -> str:
+        # GET_LOCK names are server-wide (not per database) and at most 64 characters
+        return "agentrt:" + _digest(self._url.database or "", *parts).hex()[:48]
+
+    def _lock_params(self, user_id: str, session_id: str) -> dict[str, Any]:
+        if self._pg:
+            return {
+                "main": self._pg_key("lock", self._prefix, user_id, session_id),
+                "want": self._pg_key("want", self._prefix, user_id, session_id),
+            }
+        return {
+            "main": self._lock_name("lock", self._prefix, user_id, session_id),
+            "want": self._lock_name("want", self._prefix, user_id, session_id),
+        }
+
+    async def _lock_connection(self, deadline: float | None, timeout: float | None, describe: str) -> AsyncConnection:
+        self._check_open()
+        try:
+            if deadline is None:
+                conn = await self._lock_engine.connect()
+            else:
+                # getting a connection is not waiting for the lock, but waiting for a pool exhausted
+                # by other holders is: bounded by the timeout, plus a grace for connecting
+                scope = asyncio.timeout_at(deadline + _CHECKOUT_GRACE)
+                try:
+                    async with scope:
+                        conn = await self._lock_engine.connect()
+                except TimeoutError:
+                    if not scope.expired():
+                        raise  # the driver's own connect timeout: the database is unreachable
+                    raise SessionBusyError(
+                        f"{describe} is busy: no session-lock connection came free within {timeout:g} s "
+                        "(more sessions are locked at once than the lock pool holds; raise pool_size)"
+                    ) from None
+        except (sa_exc.SQLAlchemyError, OSError) as exc:
+            raise self._error("session lock", exc) from exc
+        if self._lock_engine is self._engine:  # a caller's engine: no transaction may stay open
+            try:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            except BaseException as exc:
+                await _discard(conn)
+                if isinstance(exc, (sa_exc.SQLAlchemyError, OSError)):
+                    raise self._error("session lock", exc) from exc
+                raise
+        return conn
+
+    async def _acquire_lock(
+        self, params: dict[str, Any], deadline: float | None, timeout: float | None, describe: str
+    ) -> AsyncConnection:
+        loop = asyncio.get_running_loop()
+        conn = await self._lock_connection(deadline, timeout, describe)
+        try_first, try_in_line = (_PG_TRY, _PG_TRY_IN_LINE) if self._pg else (_MY_TRY, _MY_TRY_IN_LINE)
+        in_line = False  # we hold the "want" lock: the holder's process may not take the lock back before us
+        unsure = False  # a statement was interrupted: the connection may hold locks we do not know of
+        delay = min(_MIN_POLL, self._lock_poll)
+        try:
+            while True:
+                unsure = True
+                result = (await conn.execute(sa.text(try_in_line if in_line else try_first), params)).scalar()
+                unsure = False
+                if result == 1:
+                    return conn
+                if result == 2:
+                    in_line = True
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    raise SessionBusyError(
+                        f"{describe} is busy: another process held its lock for more than {timeout:g} s"
+                    )
+                pause = random.uniform(delay / 2, delay)
+                if deadline is not None:
+                    pause = min(pause, deadline - now)
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, self._lock_poll)
+        except BaseException as exc:
+            if unsure:
+                await _discard(conn)
+            else:
+                await self._return_lock_connection(conn, params if in_line else None, want=True)
+            if isinstance(exc, (sa_exc.SQLAlchemyError, OSError)):
+                raise self._error("session lock", exc) from exc
+            raise
+
+    async def _return_lock_connection(
+        self, conn: AsyncConnection, params: dict[str, Any] | None, *, want: bool
+    ) -> bool:
+        """Release the main (or the "want") lock and pool the connection; False if the lock was not held."""
+        released = True
+        try:
+            if params is not None:
+                if want:
+                    sql = _PG_UNLOCK_WANT if self._pg else _MY_UNLOCK_WANT
+                else:
+                    sql = _PG_UNLOCK if self._pg else _MY_UNLOCK
+                released = bool((await conn.execute(sa.text(sql), params)).scalar())
+        except BaseException:
+            await _discard(conn)  # a connection that may still hold the lock must never go back to the pool
+            raise
+        if released:
+            await conn.close()
+        else:
+            await _discard(conn)
+        return released
+
+
+class SqlSessionLock(SessionLockHold):
+    """A session lock: the in-process FIFO lock, then a PostgreSQL advisory lock or MySQL ``GET_LOCK``.
+
+    The database lock lives on a connection the hold keeps for its duration; if that connection dies
+    the server frees the lock (the body is not interrupted: stale writes still fail on revision).
+    Contending processes take turns: a waiting process first takes the session's "want" lock, and a
+    process releasing the lock cannot take it back while another holds that.
+    """
+
+    __slots__ = ("_conn", "_params", "_session_id", "_store", "_user_id")
+
+    def __init__(
+        self, owner: LocalSessionLocks, user_id: str, session_id: str, timeout: float | None, *, store: SqlStateStore
+    ) -> None:
+        super().__init__(owner, (user_id, session_id), timeout)
+        self._user_id = user_id
+        self._session_id = session_id
+        self._store = store
+        self._conn: AsyncConnection | None = None
+        self._params: dict[str, Any] = {}
+
+    @property
+    def held(self) -> bool:
+        """True between a successful enter and the exit."""
+        return self._conn is not None
+
+    def _describe(self) -> str:
+        return f"session {self._session_id!r} of user {self._user_id!r}"
+
+    async def __aenter__(self) -> None:
+        if self._conn is not None:
+            raise RuntimeError("this session lock is already held; create one per `async with`")
+        loop = asyncio.get_running_loop()
+        timeout = self._timeout
+        deadline = None if timeout is None else loop.time() + max(0.0, timeout)
+        self._params = self._store._lock_params(self._user_id, self._session_id)
+        await super().__aenter__()  # the in-process FIFO lock (SessionBusyError on timeout)
+        try:
+            self._conn = await self._store._acquire_lock(self._params, deadline, timeout, self._describe())
+        except BaseException:
+            await super().__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        conn, self._conn = self._conn, None
+        try:
+            if conn is not None:
+                try:
+                    released = await self._store._return_lock_connection(conn, self._params, want=False)
+                except Exception as error:  # the connection died: the server has released the lock already
+                    logger.warning("%s: could not release the session lock (%s)", self._describe(), error)
+                else:
+                    if not released:
+                        logger.warning(
+                            "%s: the session lock was lost while held (its connection was reset)", self._describe()
+                        )
+        finally:
+            await super().__aexit__(*exc)
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close the connection for good (never back to the pool): the server frees the locks it held.
+
+    Shielded: a second cancellation must not leave a lock-holding connection half closed.
+    """
+    task = asyncio.ensure_future(_discard_now(conn))
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
+    await asyncio.shield(task)
+
+
+async def _discard_now(conn: AsyncConnection) -> None:
+    try:
+        await conn.invalidate()
+    except Exception as exc:  # already broken: nothing more to free
+        logger.debug("discarding a lock connection failed: %s", exc)
+    try:
+        await conn.close()
+    except Exception as exc:
+        logger.debug("closing a discarded lock connection failed: %s", exc)
+
+
+_closing: set[asyncio.Future[None]] = set()
+
+
+def _is_deadlock(exc: sa_exc.DBAPIError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code in ("40001", "40P01"):  # serialization failure, deadlock detected
+        return True
+    args: Any = getattr(orig, "args", ())
+    return bool(args) and args[0] == 1213  # ER_LOCK_DEADLOCK
+
+
+def _encode_patch(fields: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not fields:
+        return None
+    unknown = [name for name in fields if name not in STATE_FIELDS]
+    if unknown:
+        raise UserError(f"unknown AgentState field {unknown[0]!r}; known: {', '.join(STATE_FIELDS)}")
+    return encode_fields(fields)
+
+
+def _parse_doc(raw: Any, where: str) -> dict[str, Any]:
+    try:
+        doc = _json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise StateStoreError(f"stored state of {where} is corrupt: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise StateStoreError(f"stored state of {where} is not a JSON object")
+    return doc
+
+
+def _parse_url(url: str | URL) -> URL:
+    try:
+        parsed = make_url(url)
+    except Exception:  # the text may hold a password: do not echo it
+        raise StateStoreError(
+            "invalid SQL state store URL; expected e.g. postgresql+asyncpg://user@host:5432/db "
+            "or mysql+asyncmy://user@host:3306/db"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend == "postgres":
+        backend = "postgresql"
+    family = "mysql" if backend in ("mysql", "mariadb") else backend
+    drivers = _ASYNC_DRIVERS.get(family)
+    shown = parsed.render_as_string(hide_password=True)
+    if drivers is None:
+        raise StateStoreError(f"SqlStateStore supports postgresql+asyncpg:// and mysql+asyncmy:// URLs, not {shown!r}")
+    driver = parsed.get_driver_name() if "+" in parsed.drivername else ""
+    if not driver:
+        driver = drivers[0]
+    elif driver not in drivers:
+        raise StateStoreError(
+            f"{shown!r} names the driver {driver!r}; SqlStateStore needs an async one: {backend}+{drivers[0]}://..."
+        )
+    parsed = parsed.set(drivername=f"{backend}+{driver}")
+    if family == "mysql" and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def _create_engines(url: URL, pool_size: int) -> tuple[AsyncEngine, AsyncEngine]:
+    driver = url.get_driver_name()
+    connect_args: dict[str, Any] = {}
+    if driver == "asyncpg" and "timeout" not in url.query:
+        connect_args["timeout"] = _CONNECT_TIMEOUT
+    elif driver in ("asyncmy", "aiomysql", "psycopg") and "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = _CONNECT_TIMEOUT
+    common: dict[str, Any] = {
+        "connect_args": connect_args,
+        "hide_parameters": True,  # errors and logs never show message bodies
+        "pool_pre_ping": True,
+        "pool_recycle": 1800,
+    }
+    data_options: dict[str, Any] = {}
+    if url.get_backend_name() != "postgresql":
+        data_options["isolation_level"] = "REPEATABLE READ"  # one snapshot per load
+    try:
+        data = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, **common, **data_options)
+        # locks get their own pool: holders keep a connection for a whole call, and must never
+        # starve the reads and writes they are waiting on
+        locks = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=2 * pool_size,
+            pool_timeout=86400,
+            isolation_level="AUTOCOMMIT",
+            **common,
+        )
+    except (ImportError, sa_exc.SQLAlchemyError) as exc:
+        shown = url.render_as_string(hide_password=True)
+        raise StateStoreError(
+            f"cannot use {shown!r}: {type(exc).__name__}: {exc}; install the drivers with pip install 'agentrt[sql]'"
+        ) from None
+    return data, locks

@@ -1,0 +1,305 @@
+"""SqliteStateStore: the store contract plus WAL, incremental appends, persistence, corruption, threading."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrt.errors import StateConflictError, StateStoreError, UserError
+from agentrt.message import Msg
+from agentrt.state.base import AgentState
+from agentrt.state.stores import sqlite as sqlite_module
+from agentrt.state.stores.sqlite import SqliteStateStore
+from agentrt.testing import check_state_store
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+async def _seed(store: SqliteStateStore, n: int, *, session: str = "s") -> int:
+    return await store.save(AgentState(user_id="u", session_id=session, messages=[Msg.user(f"m{i}") for i in range(n)]))
+
+
+async def test_contract_file(tmp_path: Path) -> None:
+    await check_state_store(lambda: SqliteStateStore(tmp_path / "s.db"), persistent=True)
+
+
+async def test_contract_memory() -> None:
+    await check_state_store(lambda: SqliteStateStore(":memory:"))
+
+
+async def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
+        assert await store._call(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0]) == 1  # NORMAL
+        assert await store._call(lambda conn: conn.execute("PRAGMA foreign_keys").fetchone()[0]) == 1
+        assert Path(f"{path}-wal").exists(), "a WAL database keeps a -wal file while open"
+    with _raw(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+        assert {"sessions", "messages", "sessions_by_user_updated"} <= tables
+    conn.close()
+
+
+async def test_append_touches_only_new_rows(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        rev = await _seed(store, 500)
+        statements: list[str] = []
+        await store._call(lambda conn: conn.set_trace_callback(statements.append))
+        before = await store._call(lambda conn: conn.total_changes)
+        rev = await store.append("u", "s", [Msg.assistant("a"), Msg.user("b")], expected_revision=rev)
+        after = await store._call(lambda conn: conn.total_changes)
+        assert after - before == 3, "two message inserts plus one session update, nothing else"
+        before = after
+        rev = await store.append("u", "s", [Msg.assistant("c")], fields={"summary": "s"}, expected_revision=rev)
+        assert await store._call(lambda conn: conn.total_changes) - before == 2
+        await store._call(lambda conn: conn.set_trace_callback(None))
+        touching_messages = [s for s in statements if "messages" in s and not s.startswith("INSERT")]
+        assert touching_messages == [], f"appends must not read or rewrite stored messages: {touching_messages}"
+        state = await store.load("u", "s")
+        assert state is not None and len(state.messages) == 503 and state.summary == "s" and state.revision == rev
+        assert [m.text for m in state.messages[-3:]] == ["a", "b", "c"]
+
+
+async def test_data_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "dir" / "s.db"  # missing folders are created
+    msgs = [Msg.user("one"), Msg.assistant("two")]
+    async with SqliteStateStore(path) as store:
+        rev = await store.append("u", "s", msgs, fields={"metadata": {"title": "t"}}, expected_revision=0)
+        rev = await store.append("u", "s", [Msg.user("three")], expected_revision=rev)
+    async with SqliteStateStore(path) as store:
+        state = await store.load("u", "s")
+        assert state is not None
+        assert state.messages[:2] == msgs and state.messages[2].text == "three"
+        assert (state.revision, state.metadata) == (rev, {"title": "t"})
+        [info] = await store.list_sessions("u")
+        assert (info.message_count, info.revision) == (3, rev)
+
+
+async def test_default_path_is_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    async with SqliteStateStore() as store:
+        assert store.path == str(tmp_path / ".agentrt" / "state.db")
+        await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
+    assert (tmp_path / ".agentrt" / "state.db").is_file()
+
+
+async def test_two_stores_on_one_file_see_each_other_and_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as a, SqliteStateStore(path) as b:
+        await a.append("u", "s", [Msg.user("hi")], expected_revision=0)
+        results = await asyncio.gather(
+            a.append("u", "s", [Msg.user("from a")], expected_revision=1),
+            b.append("u", "s", [Msg.user("from b")], expected_revision=1),
+            return_exceptions=True,
+        )
+        assert sorted(type(r).__name__ for r in results) == ["StateConflictError", "int"]
+        state = await b.load("u", "s")
+        assert state is not None and len(state.messages) == 2 and state.revision == 2
+
+
+async def test_delete_removes_message_rows(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        await _seed(store, 10)
+        await _seed(store, 5, session="other")
+        assert await store.delete("u", "s") is True
+    with _raw(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = 's'").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM messages WHERE session_id = 'other'").fetchone()[0] == 5
+    conn.close()
+
+
+async def test_list_sessions_uses_the_index(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        for sid in ("a", "b", "c"):
+            await store.append("u", sid, [Msg.user(sid)], expected_revision=0)
+        await store.append("u", "a", [Msg.user("again")], expected_revision=1)
+        assert (await store.list_sessions("u"))[0].session_id == "a"
+        plan = await store._call(
+            lambda conn: conn.execute(
+                "EXPLAIN QUERY PLAN SELECT session_id, message_count, revision, updated_at FROM sessions"
+                " WHERE user_id = ? ORDER BY updated_at DESC, session_id",
+                ("u",),
+            ).fetchall()
+        )
+        assert "sessions_by_user_updated" in " ".join(str(row[-1]) for row in plan)
+
+
+@pytest.mark.parametrize(
+    ("sql", "what"),
+    [
+        ("UPDATE messages SET body = 'not json' WHERE seq = 1", "a message body that is not JSON"),
+        ('UPDATE messages SET body = \'{"role": "robot"}\' WHERE seq = 1', "a message that is not a Msg"),
+        ("UPDATE sessions SET doc = '{oops'", "a session doc that is not JSON"),
+        ("UPDATE sessions SET doc = '[1, 2]'", "a session doc that is not an object"),
+        ('UPDATE sessions SET doc = \'{"summary_index": "x"}\'', "a session doc with a bad field"),
+        ("UPDATE sessions SET doc = '{\"version\": 99}'", "a session doc from a newer format"),
+        ("DELETE FROM messages WHERE seq = 1", "a missing message row"),
+        ("UPDATE sessions SET message_count = 5", "a wrong message count"),
+    ],
+)
+async def test_corrupt_rows_raise_state_store_error(tmp_path: Path, sql: str, what: str) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        await _seed(store, 3)
+    with _raw(path) as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute(sql)
+    conn.close()
+    async with SqliteStateStore(path) as store:
+        with pytest.raises(StateStoreError):
+            await store.load("u", "s")
+        if "doc" in sql and "version" not in sql and "summary_index" not in sql:
+            with pytest.raises(StateStoreError):
+                await store.append("u", "s", [], fields={"summary": "x"}, expected_revision=1)
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    conn = _raw(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    async with SqliteStateStore(path) as store:
+        with pytest.raises(StateStoreError, match="newer"):
+            await store.load("u", "s")
+
+
+async def test_text_that_is_not_unicode_is_refused(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        with pytest.raises(StateStoreError, match="Unicode"):
+            await store.append("u", "\ud800", [Msg.user("x")], expected_revision=0)
+        with pytest.raises(StateStoreError, match="Unicode"):
+            await store.append("u", "s", [Msg.user("\ud800")], expected_revision=0)
+        assert await store.load("u", "s") is None
+        await store.append("u", "s", [Msg.user("one")], expected_revision=0)
+        with pytest.raises(StateStoreError, match="Unicode"):
+            await store.append("u", "s", [Msg.user("two")], fields={"summary": "\ud800"}, expected_revision=1)
+        state = await store.load("u", "s")
+        assert state is not None and [m.text for m in state.messages] == ["one"] and state.revision == 1
+
+
+async def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        with pytest.raises(UserError, match="unknown AgentState field"):
+            await store.append("u", "s", [], fields={"nope": 1}, expected_revision=0)
+        assert await store.load("u", "s") is None
+
+
+async def test_conflict_leaves_nothing_behind(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        await _seed(store, 2)
+        with pytest.raises(StateConflictError):
+            await store.append("u", "s", [Msg.user("late")], fields={"summary": "x"}, expected_revision=0)
+        state = await store.load("u", "s")
+        assert state is not None and len(state.messages) == 2 and state.summary is None and state.revision == 1
+
+
+async def test_work_runs_on_one_dedicated_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    original_append, original_load = sqlite_module._append, sqlite_module._load
+
+    def append(*args: Any) -> int:
+        threads.append(threading.get_ident())
+        return original_append(*args)
+
+    def load(*args: Any) -> AgentState | None:
+        threads.append(threading.get_ident())
+        return original_load(*args)
+
+    monkeypatch.setattr(sqlite_module, "_append", append)
+    monkeypatch.setattr(sqlite_module, "_load", load)
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
+        await store.load("u", "s")
+        await asyncio.to_thread(lambda: None)  # the default executor is not the store's thread
+    assert len(threads) == 2 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    assert not any(t.ident == threads[0] for t in threading.enumerate()), "close must stop the worker thread"
+
+
+async def test_event_loop_keeps_running_during_a_slow_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    original = sqlite_module._append
+
+    def slow_append(*args: Any) -> int:
+        release.wait(5)
+        return original(*args)
+
+    monkeypatch.setattr(sqlite_module, "_append", slow_append)
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        task = asyncio.ensure_future(store.append("u", "s", [Msg.user("hi")], expected_revision=0))
+        ticks = 0
+        while ticks < 50:  # the loop runs other tasks while the write waits on the worker thread
+            await asyncio.sleep(0)
+            ticks += 1
+        assert not task.done()
+        release.set()
+        assert await task == 1
+
+
+async def test_close_is_idempotent_and_final(tmp_path: Path) -> None:
+    store = SqliteStateStore(tmp_path / "s.db")
+    await store.close()  # never used: nothing to close
+    await store.close()
+    with pytest.raises(StateStoreError, match="closed"):
+        await store.load("u", "s")
+    async with SqliteStateStore(tmp_path / "s.db") as used:
+        await used.append("u", "s", [], expected_revision=0)
+    await used.close()
+    with pytest.raises(StateStoreError, match="closed"):
+        await used.append("u", "s", [], expected_revision=1)
+
+
+async def test_unopenable_path_raises_state_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    async with SqliteStateStore(tmp_path / "file" / "s.db") as store:
+        with pytest.raises(StateStoreError):
+            await store.load("u", "s")
+
+
+_WORKER = """
+import asyncio, sys
+from agentrt.errors import StateConflictError
+from agentrt.message import Msg
+from agentrt.state.stores.sqlite import SqliteStateStore
+
+async def main(path, tag, n):
+    async with SqliteStateStore(path) as store:
+        done = 0
+        while done < n:
+            state = await store.load("u", "shared")
+            try:
+                await store.append("u", "shared", [Msg.user(f"{tag}-{done}")],
+                                   expected_revision=0 if state is None else state.revision)
+            except StateConflictError:
+                continue
+            done += 1
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+async def test_two_processes_writing_one_database_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    procs = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", _WORKER, str(path), tag, "50", env=env)
+        for tag in ("p", "q")
+    ]
+    assert await asyncio.gather(*(p.wait() for p in procs)) == [0, 0]
+    async with SqliteStateStore(path) as store:
+        state = await store.load("u", "shared")
+    assert state is not None and state.revision == 100 and len(state.messages) == 100
+    texts = [m.text for m in state.messages]
+    for tag in ("p", "q"):
+        assert [t for t in texts if t.startswith(tag)] == [f"{tag}-{i}" for i in range(50)]
