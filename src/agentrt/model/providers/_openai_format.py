@@ -1,0 +1,629 @@
+"""The Chat Completions wire format, both ways, without HTTP.
+
+`Msg` lists, tools and options become a request body; response JSON (streamed chunks or a whole
+completion) becomes `ChatResponse`; provider errors become typed errors.
+
+Pure functions and a small formatter object, no HTTP: the aiohttp transport is in `openai.py`.
+Everything here runs once per request or once per streamed chunk, so it avoids generic helpers
+(`dataclasses.asdict`, `GenerateOptions.merge` on empty defaults, regexes) on the hot path.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from agentrt import _json
+from agentrt.errors import (
+    AuthenticationError,
+    ContextWindowExceededError,
+    ModelAPIError,
+    RateLimitError,
+    UserError,
+)
+from agentrt.message import (
+    AudioBlock,
+    Base64Source,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    VideoBlock,
+)
+from agentrt.model._accumulate import META_RAW_ARGUMENTS
+from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+
+__all__ = [
+    "ChatCompletionsFormat",
+    "api_error",
+    "parse_chunk",
+    "parse_completion",
+    "parse_retry_after",
+    "parse_usage",
+    "stream_error",
+]
+
+WireMessage = dict[str, Any]
+
+_FINISH = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "eos": "stop",  # some compatible servers
+    "end_turn": "stop",
+}
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/vnd.wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+    "audio/mpeg3": "mp3",
+}
+_TOOL_CHOICES = frozenset(("auto", "none", "required"))
+_RESPONSE_FORMAT_TYPES = frozenset(("json_schema", "json_object", "text"))
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "input is too long",
+)
+_CACHE_LIMIT = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def _wire_name(name: str) -> str:
+    # OpenAI rejects names with whitespace or any of <|\/> and longer than 64 characters.
+    out = "".join("_" if ch.isspace() or ch in "<|\\/>" else ch for ch in name)
+    return out[:64] or "_"
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_name(name: str) -> str:
+    out = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in name)
+    return out[:64] or "response"
+
+
+def _media_url(source: str | Base64Source, kind: str) -> str:
+    if isinstance(source, Base64Source):
+        return f"data:{source.media_type};base64,{source.data}"
+    scheme = source.partition(":")[0].lower() if ":" in source else ""
+    if scheme not in ("http", "https", "data"):
+        raise UserError(
+            f"{kind} source {source[:80]!r} is not an http(s) or data: URL; the provider cannot read local "
+            "files: load it and pass Base64Source(media_type=..., data=...)"
+        )
+    return source
+
+
+def _image_part(block: ImageBlock) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": _media_url(block.source, "image")}}
+
+
+def _audio_part(block: AudioBlock) -> dict[str, Any]:
+    source = block.source
+    if not isinstance(source, Base64Source):
+        raise UserError(
+            "Chat Completions accepts audio only inline: pass AudioBlock(source=Base64Source(media_type='audio/wav' "
+            f"or 'audio/mpeg', data=...)), not the URL {source[:80]!r}"
+        )
+    fmt = _AUDIO_FORMATS.get(source.media_type.lower())
+    if fmt is None:
+        raise UserError(f"Chat Completions accepts wav or mp3 audio, not {source.media_type!r}; convert the clip first")
+    return {"type": "input_audio", "input_audio": {"data": source.data, "format": fmt}}
+
+
+def _video_error() -> UserError:
+    return UserError(
+        "Chat Completions has no video input; send frames as ImageBlocks, or use a provider that takes video (gemini)"
+    )
+
+
+def _tool_choice(choice: str | Mapping[str, Any]) -> Any:
+    if isinstance(choice, str):
+        if choice in _TOOL_CHOICES:
+            return choice
+        if choice == "any":
+            return "required"
+        return {"type": "function", "function": {"name": choice}}
+    if "type" in choice:
+        return dict(choice)
+    name = choice.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"tool_choice must be 'auto', 'none', 'required' or {{'name': tool_name}}, not {choice!r}")
+    return {"type": "function", "function": {"name": name}}
+
+
+def _response_format(fmt: Mapping[str, Any]) -> dict[str, Any]:
+    if fmt.get("type") in _RESPONSE_FORMAT_TYPES:
+        return dict(fmt)  # already in wire form
+    if "schema" in fmt:
+        schema = fmt["schema"]
+        name = fmt.get("name") or "response"
+        strict = fmt.get("strict", False)
+    else:
+        schema, name, strict = fmt, fmt.get("title") or "response", False
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": _schema_name(str(name)), "schema": dict(schema), "strict": bool(strict)},
+    }
+
+
+def _uses_max_completion_tokens(model_name: str) -> bool:
+    name = model_name.rsplit("/", 1)[-1].lower()
+    return name.startswith(("o1", "o3", "o4", "gpt-5"))
+
+
+class ChatCompletionsFormat:
+    """Turns agentrt requests into Chat Completions bodies for one model (with its settings).
+
+    Formatted messages and tools are cached by object identity (both are immutable), so an agent
+    step re-serialises only the messages added since the previous step; the cache holds the
+    objects it describes, so an id can never be reused while its entry lives.
+    """
+
+    __slots__ = (
+        "_msg_cache",
+        "_tool_cache",
+        "max_tokens_param",
+        "provider",
+        "send_names",
+        "send_reasoning",
+    )
+
+    def __init__(
+        self,
+        *,
+        provider: str = "openai",
+        send_names: bool = True,
+        send_reasoning: bool = False,
+        max_tokens_param: str = "max_tokens",
+    ) -> None:
+        self.provider = provider
+        self.send_names = send_names
+        self.send_reasoning = send_reasoning
+        self.max_tokens_param = max_tokens_param
+        self._msg_cache: dict[int, tuple[Msg, list[WireMessage]]] = {}
+        self._tool_cache: dict[int, tuple[ToolSchema, dict[str, Any]]] = {}
+
+    # -- messages -----------------------------------------------------------------------------
+    def messages(self, messages: Sequence[Msg]) -> list[WireMessage]:
+        """The wire messages for `messages`, in order."""
+        out: list[WireMessage] = []
+        cache = self._msg_cache
+        turn_start = _current_turn_start(messages) if self.send_reasoning else 0
+        for i, msg in enumerate(messages):
+            hit = cache.get(id(msg))
+            if hit is not None and hit[0] is msg:
+                wire = hit[1]
+            else:
+                wire = self.message(msg)
+                if len(cache) >= _CACHE_LIMIT:
+                    del cache[next(iter(cache))]
+                cache[id(msg)] = (msg, wire)
+            if i < turn_start and wire and "reasoning_content" in wire[0]:
+                # Reasoning goes back only within the current turn (DeepSeek needs it between tool
+                # calls of one turn and ignores or rejects it from earlier turns).
+                out.append({k: v for k, v in wire[0].items() if k != "reasoning_content"})
+            elif len(wire) == 1:
+                out.append(wire[0])
+            else:
+                out.extend(wire)
+        return out
+
+    def message(self, msg: Msg) -> list[WireMessage]:
+        """One `Msg` as wire messages (a user Msg with tool results becomes one ``tool`` message per result)."""
+        name = _wire_name(msg.name) if self.send_names and msg.name else None
+        if msg.role == "assistant":
+            wire = self._assistant(msg, name)
+            return [wire] if wire is not None else []
+        out: list[WireMessage] = []
+        parts: list[dict[str, Any]] = []
+        for block in msg.content:
+            kind = type(block)
+            if kind is TextBlock:
+                parts.append({"type": "text", "text": block.text})  # type: ignore[union-attr]
+            elif kind is ToolResultBlock:
+                out.append(self._tool_result(block, parts))  # type: ignore[arg-type]
+            elif kind is ImageBlock:
+                parts.append(_image_part(block))  # type: ignore[arg-type]
+            elif kind is AudioBlock:
+                parts.append(_audio_part(block))  # type: ignore[arg-type]
+            elif kind is VideoBlock:
+                raise _video_error()
+            elif kind is ToolUseBlock:
+                raise UserError(
+                    f"a {msg.role!r} message holds a tool call ({block.name!r}); "  # type: ignore[union-attr]
+                    "tool calls belong in assistant messages"
+                )
+            # ThinkingBlocks outside assistant messages carry nothing the provider accepts.
+        if not parts:
+            return out
+        user: WireMessage
+        if msg.role == "system":
+            if any(p["type"] != "text" for p in parts):
+                raise UserError("a system message can hold only text; put images and audio in a user message")
+            user = {"role": "system", "content": "\n".join(p["text"] for p in parts)}
+        elif all(p["type"] == "text" for p in parts):
+            text = parts[0]["text"] if len(parts) == 1 else "\n".join(p["text"] for p in parts)
+            user = {"role": "user", "content": text}
+        else:
+            user = {"role": "user", "content": parts}
+        if name is not None:
+            user["name"] = name
+        out.append(user)
+        return out
+
+    def _assistant(self, msg: Msg, name: str | None) -> WireMessage | None:
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        thinking: list[str] = []
+        for block in msg.content:
+            kind = type(block)
+            if kind is TextBlock:
+                texts.append(block.text)  # type: ignore[union-attr]
+            elif kind is ToolUseBlock:
+                calls.append(_tool_call(block))  # type: ignore[arg-type]
+            elif kind is ThinkingBlock:
+                thinking.append(block.thinking)  # type: ignore[union-attr]
+            # Assistant content parts are text only: generated media cannot be sent back.
+        if not texts and not calls:
+            return None
+        wire: WireMessage = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+        if calls:
+            wire["tool_calls"] = calls
+        if thinking and self.send_reasoning:
+            wire["reasoning_content"] = "".join(thinking)
+        if name is not None:
+            wire["name"] = name
+        return wire
+
+    def _tool_result(self, block: ToolResultBlock, parts: list[dict[str, Any]]) -> WireMessage:
+        output = block.output
+        if isinstance(output, str):
+            return {"role": "tool", "tool_call_id": block.id, "content": output}
+        texts: list[str] = []
+        media: list[dict[str, Any]] = []
+        for item in output:
+            kind = type(item)
+            if kind is TextBlock:
+                texts.append(item.text)  # type: ignore[union-attr]
+            elif kind is ImageBlock:
+                media.append(_image_part(item))  # type: ignore[arg-type]
+            elif kind is AudioBlock:
+                media.append(_audio_part(item))  # type: ignore[arg-type]
+            elif kind is VideoBlock:
+                raise _video_error()
+            else:
+                texts.append(_json.dumps(item.to_dict()))
+        text = "\n".join(texts)
+        if media:
+            # Tool messages take text only: the media follow in a user message after the tool messages.
+            note = f"[{len(media)} attachment(s) from this result follow in the next message]"
+            text = f"{text}\n{note}" if text else note
+            parts.append({"type": "text", "text": f"Attachments returned by tool {block.name!r} (call {block.id}):"})
+            parts.extend(media)
+        return {"role": "tool", "tool_call_id": block.id, "content": text}
+
+    # -- tools and options ----------------------------------------------------------------------
+    def tools(self, tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
+        """Tool schemas as ``{"type": "function", "function": {...}}`` entries."""
+        out: list[dict[str, Any]] = []
+        cache = self._tool_cache
+        for schema in tools:
+            hit = cache.get(id(schema))
+            if hit is not None and hit[0] is schema:
+                out.append(hit[1])
+                continue
+            fn: dict[str, Any] = {"name": schema.name}
+            if schema.description:
+                fn["description"] = schema.description
+            fn["parameters"] = _plain(schema.parameters)
+            if schema.strict:
+                fn["strict"] = True
+            wire = {"type": "function", "function": fn}
+            if len(cache) >= _CACHE_LIMIT:
+                del cache[next(iter(cache))]
+            cache[id(schema)] = (schema, wire)
+            out.append(wire)
+        return out
+
+    def body(
+        self,
+        model: str,
+        messages: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        options: GenerateOptions,
+        *,
+        stream: bool,
+        stream_usage: bool,
+    ) -> dict[str, Any]:
+        """The request body. ``options.extra`` keys ``openai_X`` (or ``<provider>_X``) set ``X``; None removes it."""
+        body: dict[str, Any] = {"model": model, "messages": self.messages(messages)}
+        if tools:
+            body["tools"] = self.tools(tools)
+            if options.tool_choice is not None:
+                body["tool_choice"] = _tool_choice(options.tool_choice)
+            if options.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = options.parallel_tool_calls
+        if options.temperature is not None:
+            body["temperature"] = options.temperature
+        if options.top_p is not None:
+            body["top_p"] = options.top_p
+        if options.max_tokens is not None:
+            body[self.max_tokens_param] = options.max_tokens
+        if options.stop:
+            body["stop"] = [options.stop] if isinstance(options.stop, str) else list(options.stop)
+        if options.seed is not None:
+            body["seed"] = options.seed
+        if options.response_format:
+            body["response_format"] = _response_format(options.response_format)
+        if stream:
+            body["stream"] = True
+            if stream_usage:
+                body["stream_options"] = {"include_usage": True}
+        if options.extra:
+            own = self.provider + "_"
+            for key, value in options.extra.items():
+                if key.startswith("openai_"):
+                    key = key[7:]
+                elif key.startswith(own):
+                    key = key[len(own) :]
+                else:
+                    continue
+                if value is None:
+                    body.pop(key, None)
+                else:
+                    body[key] = value
+            if body.get("stream") is not True:
+                body.pop("stream_options", None)
+        return body
+
+
+def _current_turn_start(messages: Sequence[Msg]) -> int:
+    """Index of the last user message that is user input (not only tool results); 0 if none."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.role == "user" and any(type(b) is not ToolResultBlock for b in msg.content):
+            return i
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    # Tool schemas may hold read-only mappings or tuples; orjson serialises plain dicts and lists only.
+    if type(value) is dict:
+        if all(type(v) in (str, int, float, bool) or v is None for v in value.values()):
+            return value
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _tool_call(block: ToolUseBlock) -> dict[str, Any]:
+    raw = block.metadata.get(META_RAW_ARGUMENTS) if block.metadata else None
+    # Arguments the model garbled go back verbatim, so it can see (and fix) what it sent.
+    arguments = raw if isinstance(raw, str) else _json.dumps(_plain(block.input))
+    return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
+
+
+# --------------------------------------------------------------------------------------------------
+# responses
+# --------------------------------------------------------------------------------------------------
+def parse_usage(usage: Mapping[str, Any]) -> TokenUsage:
+    """Chat Completions ``usage`` (with cached and reasoning token details) as `TokenUsage`."""
+    cached = 0
+    details = usage.get("prompt_tokens_details")
+    if details:
+        cached = details.get("cached_tokens") or 0
+    if not cached:
+        cached = usage.get("prompt_cache_hit_tokens") or 0  # DeepSeek
+    reasoning = 0
+    details = usage.get("completion_tokens_details")
+    if details:
+        reasoning = details.get("reasoning_tokens") or 0
+    return TokenUsage(
+        input_tokens=usage.get("prompt_tokens") or 0,
+        output_tokens=usage.get("completion_tokens") or 0,
+        cache_read_tokens=cached,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _call_chunks(calls: list[Any]) -> tuple[ToolCallChunk, ...]:
+    out = []
+    for position, call in enumerate(calls):
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        index = call.get("index")
+        if isinstance(args, Mapping):  # a few compatible servers send parsed arguments
+            out.append(
+                ToolCallChunk(
+                    index=position if index is None else index, id=call.get("id"), name=fn.get("name"), input=args
+                )
+            )
+        else:
+            out.append(
+                ToolCallChunk(
+                    index=position if index is None else index,
+                    id=call.get("id") or None,
+                    name=fn.get("name") or None,
+                    arguments=args or "",
+                )
+            )
+    return tuple(out)
+
+
+def parse_chunk(obj: Mapping[str, Any]) -> ChatResponse | None:
+    """One ``chat.completion.chunk`` as a `ChatResponse`, or None when it carries nothing (role-only chunks)."""
+    text = thinking = ""
+    calls: tuple[ToolCallChunk, ...] = ()
+    finish = None
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        if choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            if delta:
+                text = delta.get("content") or delta.get("refusal") or ""
+                thinking = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                tool_calls = delta.get("tool_calls")
+                if tool_calls:
+                    calls = _call_chunks(tool_calls)
+            reason = choice.get("finish_reason")
+            if reason:
+                finish = _FINISH.get(reason, reason)
+    usage = obj.get("usage")
+    if not (text or thinking or calls or finish or usage):
+        return None
+    return ChatResponse(
+        text=text,
+        thinking=thinking,
+        tool_calls=calls,
+        usage=parse_usage(usage) if usage else None,
+        finish_reason=finish,
+        raw=obj,
+    )
+
+
+def parse_completion(obj: Mapping[str, Any]) -> ChatResponse:
+    """A whole ``chat.completion`` (non-streaming) as one `ChatResponse`."""
+    text = thinking = ""
+    calls: tuple[ToolCallChunk, ...] = ()
+    finish = None
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        message = choice.get("message") or {}
+        text = message.get("content") or message.get("refusal") or ""
+        thinking = message.get("reasoning_content") or message.get("reasoning") or ""
+        tool_calls = message.get("tool_calls")
+        if tool_calls:
+            calls = _call_chunks(tool_calls)
+        reason = choice.get("finish_reason")
+        if reason:
+            finish = _FINISH.get(reason, reason)
+    usage = obj.get("usage")
+    return ChatResponse(
+        text=text,
+        thinking=thinking,
+        tool_calls=calls,
+        usage=parse_usage(usage) if usage else None,
+        finish_reason=finish or ("tool_calls" if calls else "stop"),
+        raw=obj,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------------------------------
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_details(body: Any) -> tuple[str, str | None]:
+    """The provider's message and error code from an error body (OpenAI, vLLM, Ollama and FastAPI shapes)."""
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping):
+            message = error.get("message") or error.get("detail") or body.get("message") or body.get("detail")
+            code = error.get("code") or error.get("type")
+            return (str(message) if message else _json.dumps(_json.jsonable(body))[:500]), (
+                str(code) if code is not None else None
+            )
+        if isinstance(error, str):
+            return error, None
+    if isinstance(body, str):
+        return body.strip()[:500] or "(empty body)", None
+    return _json.dumps(_json.jsonable(body))[:500], None
+
+
+def api_error(
+    *,
+    provider: str,
+    model: str,
+    status: int,
+    headers: Mapping[str, str],
+    raw: bytes,
+    api_key: str | None = None,
+    key_env: str | None = None,
+) -> ModelAPIError:
+    """The typed error for an HTTP error response; the message never contains the API key."""
+    text = raw.decode("utf-8", "replace")
+    if api_key and api_key in text:
+        text = text.replace(api_key, "***")
+    body: Any
+    try:
+        body = _json.loads(text) if text.strip() else text
+    except ValueError:
+        body = text
+    message, code = _error_details(body)
+    where = f"{provider} model {model!r}: HTTP {status}" + (f" ({code})" if code else "")
+    lowered = message.lower()
+    if status in (401, 403):
+        hint = f"; check the API key ({key_env} or api_key=...)" if key_env else "; check the API key"
+        return AuthenticationError(f"{where}: {message}{hint}", status=status, body=body, model=model)
+    if status == 429:
+        return RateLimitError(
+            f"{where}: {message}", status=status, body=body, model=model, retry_after=parse_retry_after(headers)
+        )
+    if status in (400, 413, 422) and (
+        code == "context_length_exceeded" or any(marker in lowered for marker in _CONTEXT_MARKERS)
+    ):
+        return ContextWindowExceededError(f"{where}: {message}", status=status, body=body, model=model)
+    return ModelAPIError(f"{where}: {message}", status=status, body=body, model=model)
+
+
+def stream_error(*, provider: str, model: str, obj: Mapping[str, Any], api_key: str | None = None) -> ModelAPIError:
+    """An ``{"error": ...}`` object sent inside a 200 stream (OpenRouter and some proxies do this).
+
+    The error's numeric ``code``, when it has one, becomes the status (so a 429 or 502 is retried).
+    """
+    error = obj.get("error")
+    status: int | None = None
+    if isinstance(error, Mapping):
+        code = error.get("code") or error.get("status")
+        if isinstance(code, int) or (isinstance(code, str) and code.isdigit()):
+            status = int(code)
+    if status is not None and status >= 400:
+        raw = _json.dumps_bytes(_json.jsonable(obj))
+        return api_error(provider=provider, model=model, status=status, headers={}, raw=raw, api_key=api_key)
+    message, code_text = _error_details(_json.jsonable(obj))
+    if api_key and api_key in message:
+        message = message.replace(api_key, "***")
+    where = f"{provider} model {model!r}: error in the response stream" + (f" ({code_text})" if code_text else "")
+    return ModelAPIError(f"{where}: {message}", status=None, body=_json.jsonable(obj), model=model)
