@@ -13,6 +13,7 @@ from agentrt import events as ev
 from agentrt.agent import _hitl
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
+from agentrt.agent._session_tools import task_reminder
 from agentrt.errors import ModelBehaviorError
 from agentrt.message import (
     META_GENERATE_REASON,
@@ -135,8 +136,11 @@ async def _call_core(agent: ReActAgent, run: Run) -> Msg:
             run.options = agent.options.merge(GenerateOptions(response_format=spec.response_format()))
     await run.load()
     tools = agent.toolkit.tools
-    active = frozenset(run.state.active_groups) if run.state.active_groups is not None else None
-    executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
+    if agent._session_tools:
+        tools = {**tools, **agent._session_tools}
+    groups = run.state.active_groups
+    active = frozenset(groups) if groups is not None else agent.toolkit.default_active_groups()
+    executor = run.executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
     resuming = run.state.pending is not None
     if not resuming:
         await _repair_dangling(run, executor)
@@ -411,12 +415,18 @@ def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
     prompt = [system, *history] if system is not None else list(history)
     if extra:
         prompt.extend(extra)
+    if state.tasks:
+        reminder = task_reminder(state.tasks)
+        if reminder is not None:
+            prompt.append(Msg.user(reminder, synthetic=True))
     return prompt
 
 
 def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSchema]:
     groups = run.state.active_groups
     schemas = agent.toolkit.schemas(None if groups is None else groups)
+    if agent._session_tools:
+        schemas = [*schemas, *(t.schema() for t in agent._session_tools.values())]
     spec = run.output
     if spec is not None and spec.mode == "tool":
         schemas = [*schemas, spec.tool_schema()]

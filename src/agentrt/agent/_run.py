@@ -39,6 +39,7 @@ class Run:
         "agent",
         "ctx",
         "emit_fn",
+        "executor",
         "input",
         "interrupt_message",
         "interrupt_requested",
@@ -72,6 +73,7 @@ class Run:
         self.emit_fn = emit
         self.output = output
         self.options: Any = None
+        self.executor: Any = None
         self._state: AgentState | None = None
         self.step = 0
         self.usage: TokenUsage | None = None

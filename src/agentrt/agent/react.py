@@ -9,11 +9,13 @@ from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run
 from agentrt.agent.base import AgentBase
+from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import Msg
 from agentrt.middleware.base import Middleware
 from agentrt.model.base import DEFAULT_OPTIONS, ChatModel, GenerateOptions
 from agentrt.state.base import AgentStateStore
+from agentrt.tool.base import Tool
 from agentrt.tool.toolkit import Toolkit
 
 __all__ = ["ReActAgent"]
@@ -50,12 +52,17 @@ class ReActAgent(AgentBase):
         output_retries: Invalid structured answers sent back to the model before `StructuredOutputError`.
         tool_calling: ``"native"`` tool calls, ``"text"`` (the Thought / Action / Final Answer protocol
             for models without tool calling), or ``"auto"``: text when the model has no native tools.
+        enable_meta_tool: Give the model a ``manage_tool_groups`` tool to list tool groups and switch
+            them on or off for the session.
+        enable_task_list: Give the model a ``todo_write`` task list kept in the session, with a
+            reminder of open tasks before each reasoning step.
     """
 
     __slots__ = (
         "_chains",
         "_model",
         "_model_ready",
+        "_session_tools",
         "_system_msg",
         "conflict_policy",
         "max_iters",
@@ -87,6 +94,8 @@ class ReActAgent(AgentBase):
         output_mode: OutputMode = "auto",
         output_retries: int = 2,
         tool_calling: Literal["auto", "native", "text"] = "auto",
+        enable_meta_tool: bool = False,
+        enable_task_list: bool = False,
     ) -> None:
         super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
         if model is None:
@@ -121,6 +130,14 @@ class ReActAgent(AgentBase):
             raise UserError(f"tool_calling must be 'auto', 'native' or 'text', not {tool_calling!r}")
         self.tool_calling = tool_calling
         self._model_ready = False
+        self._session_tools: dict[str, Tool] | None = None
+        if enable_meta_tool or enable_task_list:
+            from agentrt.agent._session_tools import meta_tool, todo_tool
+
+            extra = [meta_tool(self.toolkit)] if enable_meta_tool else []
+            if enable_task_list:
+                extra.append(todo_tool())
+            self._session_tools = {t.name: t for t in extra}
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
 
@@ -150,6 +167,33 @@ class ReActAgent(AgentBase):
     def model(self, model: ChatModel | str) -> None:
         self._model = model
         self._model_ready = False
+
+    async def activate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
+        """Make a tool group available in the session of `ctx`; returns the session's active groups."""
+        return await self._change_groups(ctx, name, add=True)
+
+    async def deactivate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
+        """Hide a tool group in the session of `ctx`; returns the session's active groups."""
+        return await self._change_groups(ctx, name, add=False)
+
+    async def _change_groups(self, ctx: RuntimeContext, name: str, *, add: bool) -> list[str]:
+        if name not in self.toolkit.groups:
+            known = ", ".join(sorted(self.toolkit.groups)) or "(none)"
+            raise UserError(f"unknown tool group {name!r}; groups: {known}")
+        user_id, session_id = ctx.key
+        store = self.state_store
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+            run = Run(self, ctx, [], store, "", None)
+            await run.load()
+            current = run.state.active_groups
+            active = set(current if current is not None else self.toolkit.default_active_groups())
+            if add:
+                active.add(name)
+            else:
+                active.discard(name)
+            run.set_field("active_groups", sorted(active))
+            await run.checkpoint()
+            return sorted(active)
 
     async def _execute(self, run: Run) -> Msg:
         return await _loop.run_call(self, run)

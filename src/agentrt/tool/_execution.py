@@ -102,6 +102,10 @@ class ToolExecutor:
         self._counts: dict[str, int] = {}
         self._active_groups = active_groups
 
+    def set_active_groups(self, groups: frozenset[str] | None) -> None:
+        """Change which groups are available (the meta tool switches them mid-call)."""
+        self._active_groups = groups
+
     def lookup(self, name: str) -> Tool | None:
         """The tool if registered and available in this session."""
         tool = self.tools.get(name)
