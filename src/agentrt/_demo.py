@@ -44,7 +44,6 @@ from agentrt.message import (
 from agentrt.model.base import ModelRequest
 from agentrt.model.scripted import ScriptedModel
 from agentrt.state.base import AgentStateStore
-from agentrt.state.stores.memory import InMemoryStateStore
 from agentrt.tool.builtin import calculate, convert_units, current_time
 from agentrt.tool.builtin.calculator import CONSTANT_NAMES, FUNCTION_NAMES
 from agentrt.tool.builtin.units import find_unit
@@ -324,7 +323,8 @@ def build_demo_agent(
     """The demo agent: the planner model, the three built-in tools and a state store.
 
     Args:
-        state_store: Where sessions are kept; a fresh in-memory store when None.
+        state_store: Where sessions are kept; None uses agentrt's default store (SQLite at
+            ``~/.agentrt/state.db`` unless ``AGENTRT_STATE_URL`` says otherwise).
         name: The agent's name.
         max_iters: Most reasoning steps per call.
 
@@ -333,8 +333,7 @@ def build_demo_agent(
     """
     model = ScriptedModel.from_function(plan, name="demo-planner")
     toolkit = Toolkit([calculate, current_time, convert_units])
-    store = state_store if state_store is not None else InMemoryStateStore()
-    return ReActAgent(name, SYS_PROMPT, model, toolkit, state_store=store, max_iters=max_iters)
+    return ReActAgent(name, SYS_PROMPT, model, toolkit, state_store=state_store, max_iters=max_iters)
 
 
 class TraceRenderer:
