@@ -428,7 +428,12 @@ class EventReducer:
         )
         if self._final is not None:
             # Timestamp and any metadata the runtime added are not streamed; take them from the end event.
-            msg = msg.replace(timestamp=self._final.timestamp, metadata=self._final.metadata)
+            # A composite (pipeline) streams its members' deltas, not its own: take its content too.
+            changes: dict[str, Any] = {"timestamp": self._final.timestamp, "metadata": self._final.metadata}
+            if not content:
+                changes["content"] = list(self._final.content)
+                changes["usage"] = self._final.usage
+            msg = msg.replace(**changes)
         return msg
 
 

@@ -172,14 +172,21 @@ class AgentBase(abc.ABC):
         self,
         name: str | None = None,
         description: str | None = None,
-        input_schema: Mapping[str, Any] | None = None,
+        input_schema: Mapping[str, Any] | type | None = None,
         *,
         timeout: float | None = None,
+        session: Any = "isolated",
     ) -> Tool:
-        """This agent as a tool for another agent (isolated session, forwarded events, approvals surfaced)."""
+        """This agent as a tool for another agent (isolated session, forwarded events, approvals surfaced).
+
+        `session`: ``"isolated"`` (one child session per parent session), ``"per_call"`` or a function
+        of the parent's `RuntimeContext` returning the child's session id.
+        """
         from agentrt.agent.as_tool import agent_as_tool
 
-        return agent_as_tool(self, name=name, description=description, input_schema=input_schema, timeout=timeout)
+        return agent_as_tool(
+            self, name=name, description=description, input_schema=input_schema, timeout=timeout, session=session
+        )
 
     async def get_state(self, user_id: str | None = None, session_id: str | None = None) -> AgentState:
         """The stored state of a session (empty if it does not exist)."""

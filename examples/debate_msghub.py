@@ -1,0 +1,88 @@
+"""A debate in a `MsgHub`: two debaters hear each other, a judge hears everyone; offline.
+
+Each participant keeps its own session (``<hub session>/<name>``); what one says reaches the
+others through `observe`, as a user message named after the speaker. The scripted models look at
+the conversation they have heard, so the replies follow the debate.
+
+Run: .venv/bin/python examples/debate_msghub.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from agentrt import Msg, ReActAgent, RuntimeContext
+from agentrt.model import ModelRequest, ScriptedModel
+from agentrt.pipeline import MsgHub
+from agentrt.state import InMemoryStateStore
+
+MOTION = "Cities should ban cars from their centres."
+ARGUMENTS = {  # side -> (topic, argument)
+    "pro": [
+        ("clean air", "Car-free centres cut air pollution and noise where most people walk."),
+        ("trade", "Shops on pedestrian streets in Oslo and Ghent kept or grew their trade."),
+    ],
+    "con": [
+        ("access", "A ban shuts out people who cannot walk far or carry goods by bike."),
+        ("logistics", "Deliveries and emergency services still need the streets."),
+    ],
+}
+
+
+def debater(side: str, opponent: str) -> Callable[[ModelRequest], str]:
+    """Make the next point, answering the opponent's latest one (as heard through the hub)."""
+
+    def plan(request: ModelRequest) -> str:
+        said = sum(1 for m in request.messages if m.role == "assistant")
+        _, point = ARGUMENTS[side][said % len(ARGUMENTS[side])]
+        last = next((m for m in reversed(request.messages) if m.role == "user" and m.name == opponent), None)
+        if last is None:
+            return f"I argue {'for' if side == 'pro' else 'against'} the motion. {point}"
+        topic = next((t for t, arg in ARGUMENTS[opponent] if arg in last.text), "their last point")
+        return f"On {opponent}'s {topic} argument: {point}"
+
+    return plan
+
+
+def judge_plan(request: ModelRequest) -> str:
+    """Weigh which topics each side raised and which of the other side's points it answered."""
+    heard = [m for m in request.messages if m.role == "user" and m.name in ARGUMENTS]
+    raised = {side: [t for t, arg in ARGUMENTS[side] if any(arg in m.text for m in heard)] for side in ARGUMENTS}
+    answered = {
+        side: sum(1 for m in heard if m.name == side and m.text.startswith(f"{side}: On ")) for side in ARGUMENTS
+    }
+    winner = max(ARGUMENTS, key=lambda side: (answered[side], len(raised[side])))
+    return (
+        f"Pro raised {' and '.join(raised['pro'])}; con raised {' and '.join(raised['con'])}. "
+        f"Pro answered {answered['pro']} point(s), con {answered['con']}. The debate goes to {winner}."
+    )
+
+
+async def main() -> None:
+    store = InMemoryStateStore()
+    pro = ReActAgent(
+        "pro", "You argue for the motion.", model=ScriptedModel.from_function(debater("pro", "con")), state_store=store
+    )
+    con = ReActAgent(
+        "con", "You argue against it.", model=ScriptedModel.from_function(debater("con", "pro")), state_store=store
+    )
+    judge = ReActAgent("judge", "You judge debates.", model=ScriptedModel.from_function(judge_plan), state_store=store)
+    ctx = RuntimeContext(user_id="club", session_id="debate-1")
+    announcement = Msg.user(f"Motion: {MOTION} Pro opens, con answers; two rounds.", name="moderator")
+
+    async with MsgHub([pro, con, judge], announcement=announcement, ctx=ctx) as hub:
+        for n in (1, 2):
+            print(f"-- round {n}")
+            for reply in await hub.round(order=[pro, con]):
+                print(f"{reply.name}: {reply.text}")
+        verdict = await hub.call(judge, "Give your verdict.")
+        print(f"-- verdict\n{verdict.name}: {verdict.text}")
+
+    state = await judge.get_state("club", "debate-1/judge")
+    speakers = sorted({m.name or m.role for m in state.messages})
+    print(f"\nthe judge's own session holds {len(state.messages)} messages, from {speakers}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
