@@ -261,14 +261,17 @@ async def test_waiting_process_is_not_starved(db_url: str, prefix: str) -> None:
     b = SqlStateStore(db_url, table_prefix=prefix, lock_poll=0.01)
     order: list[str] = []
 
+    holding = asyncio.Event()
+
     async def hold(store: SqlStateStore, tag: str, seconds: float) -> None:
         async with store.session_lock("u", "s"):
             order.append(tag)
+            holding.set()
             await asyncio.sleep(seconds)
 
     try:
         first = asyncio.ensure_future(hold(a, "a0", 0.3))
-        await asyncio.sleep(0.02)
+        await asyncio.wait_for(holding.wait(), 10)  # a0 holds the lock before anyone else asks
         # a's next calls queue in-process; b's call arrives while a0 still holds the lock
         queued = [asyncio.ensure_future(hold(a, f"a{i}", 0.01)) for i in range(1, 6)]
         await asyncio.gather(first, hold(b, "b", 0.01), *queued)
