@@ -4,7 +4,10 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
 
 - ``agentrt demo [QUESTION]``: the offline demo (a scripted planner model, the real built-in
   tools and runtime) printing the ReAct trace.
+- ``agentrt chat --model ID [--tools builtin] [--session ID]``: an interactive chat (streaming,
+  live tool calls, inline approvals, Ctrl-C interrupts a reply).
 - ``agentrt sessions list|show|export|delete --store URL --user ID``: inspect stored sessions.
+- ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE]``: serve agents over HTTP.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -58,8 +61,54 @@ def build_app() -> "typer.Typer":
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
 
+    from agentrt._cli_chat import build_chat_command
+
+    @app.command()
+    def serve(
+        target: Annotated[
+            str, typer.Argument(help="MODULE:ATTR of an agent, a dict or list of agents, or a factory of them.")
+        ],
+        host: Annotated[str, typer.Option(help="Interface to bind.", envvar="AGENTRT_HOST")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to bind.", envvar="AGENTRT_PORT")] = 8000,
+        store: Annotated[
+            str | None,
+            typer.Option(help="State store URL for agents without one (default: AGENTRT_STATE_URL, else SQLite)."),
+        ] = None,
+        config: Annotated[
+            str | None,
+            typer.Option(help="TOML or JSON file: api_keys, store, limits (docs/server.md).", envvar="AGENTRT_CONFIG"),
+        ] = None,
+        log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    ) -> None:
+        """Serve agents over HTTP (REST + SSE, OpenAI-compatible chat completions, web UI)."""
+        from rich.console import Console
+
+        from agentrt.errors import AgentrtError
+
+        try:
+            from agentrt.server import create_app
+            from agentrt.server._serve import load_agents, load_config, run_server
+            from agentrt.state import store_from_url
+        except ImportError as exc:
+            Console(stderr=True).print(
+                f"[bold red]error:[/] the server needs: pip install 'agentrt[server]' ({exc.name} is missing)",
+                highlight=False,
+            )
+            raise typer.Exit(1) from None
+        try:
+            settings = load_config(config)
+            agents = load_agents(target)
+            url = store or settings.store
+            state_store = store_from_url(url) if url else None
+            application = create_app(agents, state_store, **settings.app_options())
+        except AgentrtError as exc:
+            Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+        run_server(application, host=host, port=port, log_level=log_level, close=(state_store,) if state_store else ())
+
     from agentrt._cli_sessions import build_sessions_app
 
+    app.command("chat")(build_chat_command())
     app.add_typer(build_sessions_app(), name="sessions")
     return app
 

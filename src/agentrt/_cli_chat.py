@@ -1,0 +1,1024 @@
+"""``agentrt chat``: an interactive chat with an agent in the terminal.
+
+Replies stream as they are generated (thinking dim), tool calls and their results show as they
+happen, approvals are asked inline (yes / no / edit the arguments / always allow), Ctrl-C
+interrupts the reply in progress and keeps the session, and the session lives in a state store
+so a later ``agentrt chat --session ID`` continues it.
+
+The prompt is read in the main thread between runs (so readline editing works and Ctrl-C at the
+prompt is an ordinary `KeyboardInterrupt`); each run goes through one `asyncio.Runner` kept for
+the whole chat, with a SIGINT handler installed only while the run streams.
+
+Offline models for trying it out and for tests (``--model scripted:NAME``, registered here with
+`agentrt.model.register_provider`): ``scripted:demo`` is the planner of ``agentrt demo``
+(calculator, clock and unit tools), ``scripted:echo`` echoes each message (``sleep N`` makes it
+wait N seconds, to try Ctrl-C). Other ``scripted:`` names give an empty `ScriptedModel`.
+"""
+
+# No `from __future__ import annotations`: typer reads the command signature at runtime.
+import asyncio
+import contextlib
+import fnmatch
+import functools
+import importlib
+import json
+import os
+import pkgutil
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from agentrt.agent.react import ReActAgent
+    from agentrt.events import AgentEvent
+    from agentrt.message import Msg, TokenUsage
+    from agentrt.model.base import ChatModel, ChatResponse, ToolSchema
+    from agentrt.permission import ConfirmResult, PermissionRule
+    from agentrt.state.base import AgentStateStore
+    from agentrt.tool.base import Tool
+
+__all__ = [
+    "ChatRenderer",
+    "ChatSession",
+    "PendingCall",
+    "build_chat_command",
+    "builtin_tools",
+    "register_scripted_models",
+    "resolve_tools",
+]
+
+ANGLE = "\u203a"
+"""The prompt mark (a single right-pointing angle quotation mark)."""
+PROMPT = f"[bold cyan]you {ANGLE}[/] "
+APPROVAL_PROMPT = f"  [bold yellow]allow?[/] \\[y]es / \\[n]o / \\[e]dit / \\[a]lways {ANGLE} "
+DEFAULT_SYSTEM = (
+    "You are a helpful assistant in a terminal chat. Use the available tools when they help, and answer concisely."
+)
+HELP = """\
+[bold]commands[/]
+  /new [ID]     start a new session (a fresh id unless you give one)
+  /sessions     list your sessions (* marks the current one)
+  /state        the session's state: messages, revision, accepted rules, pending approvals
+  /history      the conversation so far
+  /help         this help
+  /exit         quit (also /quit, Ctrl-D, or Ctrl-C twice at the prompt)
+[bold]while a reply streams[/]
+  Ctrl-C        interrupt it (the session keeps everything so far); twice: stop at once
+[bold]approvals[/]
+  y  run the tool   n  refuse it   e  edit its JSON arguments, then run   a  run it and always allow
+  such calls in this session (the suggested rule)"""
+_SUMMARY_CHARS = 160
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+# --------------------------------------------------------------------------------------------------
+# offline models
+# --------------------------------------------------------------------------------------------------
+_SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*s?\s*$", re.IGNORECASE)
+
+
+def _echo_model(name: str, options: Mapping[str, Any]) -> "ChatModel":
+    from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions
+
+    chunk_delay = float(options.get("chunk_delay", 0.0))
+
+    class EchoModel(ChatModel):
+        """Echoes the last user message, numbered by how many user messages the prompt holds."""
+
+        provider = "scripted"
+
+        def __init__(self) -> None:
+            self.model_name = name
+
+        async def stream(
+            self, messages: "Sequence[Msg]", tools: "Sequence[ToolSchema]" = (), options: GenerateOptions | None = None
+        ) -> "AsyncIterator[ChatResponse]":
+            users = [m for m in messages if m.role == "user" and m.text and not m.metadata.get("synthetic")]
+            text = users[-1].text if users else ""
+            number = len(users)
+            slept = _SLEEP.match(text)
+            if slept is not None:
+                seconds = float(slept[1])
+                yield ChatResponse(thinking=f"sleeping {seconds:g} s before answering")
+                await asyncio.sleep(seconds)
+                text = f"slept {seconds:g} s"
+            for piece in re.findall(r"\s*\S+\s*|\s+", f"echo #{number}: {text}"):
+                if chunk_delay:
+                    await asyncio.sleep(chunk_delay)
+                yield ChatResponse(text=piece)
+            yield ChatResponse(finish_reason="stop")
+
+    return EchoModel()
+
+
+def _scripted_factory(
+    name: str, *, base_url: str | None = None, api_key: str | None = None, **options: Any
+) -> "ChatModel":
+    from agentrt.errors import UserError
+    from agentrt.model.scripted import ScriptedModel
+
+    if name in ("demo", "echo"):
+        unknown = set(options) - {"latency", "chunk_delay"}
+        if unknown:
+            raise UserError(f"scripted:{name} takes the options latency and chunk_delay, not {sorted(unknown)}")
+    if name == "demo":
+        from agentrt._demo import plan
+
+        model = ScriptedModel.from_function(plan, name="demo", latency=float(options.get("latency", 0.0)))
+        model.chunk_delay = float(options.get("chunk_delay", 0.0))
+        return model
+    if name == "echo":
+        return _echo_model(name, options)
+    return ScriptedModel(name=name, **options)
+
+
+def register_scripted_models() -> None:
+    """Make ``scripted:demo`` and ``scripted:echo`` resolvable by `model_from_id` (idempotent)."""
+    from agentrt.model.registry import register_provider
+
+    register_provider("scripted", _scripted_factory)
+
+
+# --------------------------------------------------------------------------------------------------
+# tools
+# --------------------------------------------------------------------------------------------------
+def _instantiate(cls: type, workspace: str) -> Any:
+    try:
+        return cls(workspace)
+    except TypeError:
+        return cls()
+
+
+def builtin_tools(workspace: str) -> "tuple[list[Tool], list[str]]":
+    """Every tool the `agentrt.tool.builtin` package provides, and notes on modules that were skipped.
+
+    Each module of the package is imported on its own (an optional dependency missing from one
+    does not hide the others); module-level tools are taken as they are, and classes holding
+    ``@tool`` methods (such as ``FileTools``) are built for `workspace`.
+    """
+    from agentrt.tool.base import Tool
+    from agentrt.tool.toolkit import _tools_of
+
+    # Not `import agentrt.tool.builtin as ...`: the name `agentrt.tool` is the @tool decorator.
+    package = importlib.import_module("agentrt.tool.builtin")
+    found: dict[str, Tool] = {}
+    notes: list[str] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        try:
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+        except Exception as exc:
+            notes.append(f"{info.name}: {type(exc).__name__}: {exc}")
+            continue
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
+        for attr in names:
+            obj = getattr(module, attr, None)
+            if isinstance(obj, Tool):
+                found.setdefault(obj.name, obj)
+            elif (
+                isinstance(obj, type)
+                and obj.__module__ == module.__name__
+                and any(isinstance(v, Tool) for v in vars(obj).values())
+            ):
+                try:
+                    instance = _instantiate(obj, workspace)
+                except Exception as exc:
+                    notes.append(f"{info.name}.{attr}: {type(exc).__name__}: {exc}")
+                    continue
+                for bound in _tools_of(instance):
+                    found.setdefault(bound.name, bound)
+    return list(found.values()), notes
+
+
+def _demo_tools() -> "list[Tool]":
+    from agentrt.tool.builtin import calculate, convert_units, current_time
+
+    return [calculate, current_time, convert_units]
+
+
+def _import_tools(spec: str) -> "list[Tool]":
+    from agentrt.errors import UserError
+    from agentrt.tool.toolkit import Toolkit
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"--tools {spec}: cannot import {module_name!r} ({exc})") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"--tools {spec}: module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, Toolkit):
+        return list(obj)
+    kit = Toolkit()
+    for item in obj if isinstance(obj, (list, tuple)) else [obj]:
+        kit.register(item)
+    return list(kit)
+
+
+def resolve_tools(specs: Sequence[str], workspace: str) -> "tuple[list[Tool], list[str]]":
+    """The tools named by ``--tools`` values, and notes on what was skipped.
+
+    A value is ``builtin`` (every built-in tool), ``demo`` (calculator, clock, unit conversion),
+    ``none``, or ``module:attribute`` naming a `Toolkit`, a tool, a function, an object with
+    ``@tool`` methods, or a list of those. Values may also be comma-separated.
+    """
+    from agentrt.errors import UserError
+
+    tools: dict[str, Tool] = {}
+    notes: list[str] = []
+    for raw in specs:
+        for spec in (s.strip() for s in raw.split(",")):
+            if not spec or spec == "none":
+                continue
+            if spec == "builtin":
+                found, skipped = builtin_tools(workspace)
+                notes.extend(skipped)
+            elif spec == "demo":
+                found = _demo_tools()
+            elif ":" in spec:
+                found = _import_tools(spec)
+            else:
+                raise UserError(f"--tools {spec!r}: use 'builtin', 'demo', 'none' or 'module:attribute'")
+            for item in found:
+                tools.setdefault(item.name, item)
+    return list(tools.values()), notes
+
+
+# --------------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------------
+def _one_line(text: str, limit: int = _SUMMARY_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _args_json(args: Mapping[str, Any]) -> str:
+    return json.dumps(dict(args), ensure_ascii=False, default=str)
+
+
+def describe_rule(rule: "PermissionRule") -> str:
+    """A short human form of a permission rule: ``tool`` or ``tool key=pattern``."""
+    if not rule.args:
+        return f"every {rule.tool} call"
+    return f"{rule.tool} " + " ".join(f"{k}={v}" for k, v in rule.args.items())
+
+
+class ChatRenderer:
+    """Prints one call's events: streamed thinking and text, tool calls and results, a footer."""
+
+    def __init__(self, console: "Console", agent_name: str, *, show_thinking: bool = True) -> None:
+        self.console = console
+        self.agent_name = agent_name
+        self.show_thinking = show_thinking
+        self.steps = 0
+        self.tool_calls = 0
+        self.usage: TokenUsage | None = None
+        self.failed = False
+        self._open: str | None = None
+        self._shown_calls: set[str] = set()
+        self._args_shown: dict[str, int] = {}
+        self._started = time.perf_counter()
+
+    # -- low-level output ----------------------------------------------------------------------------
+    def _close(self) -> None:
+        if self._open is not None:
+            self.console.print()
+            self._open = None
+
+    def _stream(self, key: str, label: str, label_style: str, delta: str, style: str) -> None:
+        from rich.text import Text
+
+        if self._open != key:
+            self._close()
+            self.console.print(Text(label, style=label_style), end="")
+            self._open = key
+        self.console.print(Text(delta, style=style), end="", soft_wrap=True, highlight=False)
+
+    def line(self, body: str, style: str = "", *, prefix: str = "", prefix_style: str = "") -> None:
+        """Print one full line (closing any streamed block first)."""
+        from rich.text import Text
+
+        self._close()
+        self.console.print(Text.assemble((prefix, prefix_style), (body, style)), soft_wrap=True, highlight=False)
+
+    def note(self, text: str) -> None:
+        """A dim remark."""
+        self.line(text, "dim")
+
+    def error(self, exc: BaseException) -> None:
+        """An error that ended the call."""
+        self.line(f"{type(exc).__name__}: {exc}", "red", prefix="error: ", prefix_style="bold red")
+
+    # -- events ----------------------------------------------------------------------------------------
+    def _source(self, event: "AgentEvent") -> str:
+        return "" if not event.source or event.source == self.agent_name else f"[{event.source}] "
+
+    def feed(self, event: "AgentEvent") -> None:
+        """Print one event."""
+        from agentrt import events as ev
+
+        src = self._source(event)
+        if isinstance(event, ev.ModelCallStarted):
+            self._close()
+            if not src:
+                self.steps = max(self.steps, event.step)
+        elif isinstance(event, ev.ThinkingDelta):
+            if self.show_thinking and event.delta:
+                self._stream("k" + event.block_id, f"{src}thinking: ", "dim", event.delta, "dim italic")
+        elif isinstance(event, ev.TextDelta):
+            self._stream("t" + event.block_id, f"{src}{self.agent_name} {ANGLE} ", "bold green", event.delta, "")
+        elif isinstance(event, ev.ToolCallStarted):
+            self._shown_calls.add(event.tool_call_id)
+            self._args_shown[event.block_id] = 0
+            if not src:
+                self.tool_calls += 1
+            self._stream("c" + event.block_id, f"{src}→ {event.name} ", "bold magenta", "", "")
+        elif isinstance(event, ev.ToolCallDelta):
+            shown = self._args_shown.get(event.block_id, 0)
+            if shown < 300:
+                piece = event.delta[: 300 - shown] + ("…" if shown + len(event.delta) > 300 else "")
+                self._args_shown[event.block_id] = shown + len(event.delta)
+                self._stream("c" + event.block_id, f"{src}→ ", "bold magenta", piece, "magenta")
+        elif isinstance(event, ev.ModelCallFinished):
+            self._close()
+            for call in event.msg.tool_calls:
+                if call.id not in self._shown_calls:
+                    self._shown_calls.add(call.id)
+                    if not src:
+                        self.tool_calls += 1
+                    self.line(_one_line(_args_json(call.input), 300), "magenta", prefix=f"{src}→ {call.name} ",
+                              prefix_style="bold magenta")  # fmt: skip
+        elif isinstance(event, ev.ModelRestarted):
+            self.note(f"{src}(the model stream restarted: {event.reason}; the partial reply above is discarded)")
+        elif isinstance(event, ev.ToolResult):
+            result = event.result
+            ok = result.state == "success"
+            mark = "✓" if ok else f"✗ {result.state}"
+            took = f"  ({event.elapsed * 1000:.0f} ms)" if event.elapsed else ""
+            self.line(
+                _one_line(result.text) + took,
+                "" if ok else "red",
+                prefix=f"{src}← {result.name} {mark}: ",
+                prefix_style="bold blue" if ok else "bold red",
+            )
+        elif isinstance(event, ev.RequireExternalExecution):
+            names = ", ".join(c.name for c in event.tool_calls)
+            self.note(f"{src}waiting for external tools: {names}")
+        elif isinstance(event, ev.ContextCompressed):
+            self.note(f"(context compressed: {event.before_tokens} → {event.after_tokens} tokens, tier {event.tier})")
+        elif isinstance(event, ev.Usage):
+            if not src:
+                self.usage = event.usage if self.usage is None else self.usage + event.usage
+        elif isinstance(event, ev.Interrupted):
+            self.line("the reply was interrupted; the session keeps everything so far", "yellow",
+                      prefix=f"{src}⏹ ", prefix_style="bold yellow")  # fmt: skip
+        elif isinstance(event, ev.RunError):
+            if not src:
+                self.failed = True
+                self.line(f"{event.error_type}: {event.error}", "red", prefix="error: ", prefix_style="bold red")
+        elif isinstance(event, ev.RunFinished) and not src:
+            self.finish(event.msg)
+
+    def finish(self, reply: "Msg") -> None:
+        """The dim footer: steps, tool calls, tokens, time (and the stop reason when unusual)."""
+        from agentrt.message import GenerateReason
+
+        self._close()
+        parts = [f"{self.steps} step{'s' if self.steps != 1 else ''}"]
+        if self.tool_calls:
+            parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
+        if self.usage is not None and self.usage.total_tokens:
+            parts.append(f"{self.usage.input_tokens} in / {self.usage.output_tokens} out tokens")
+        elapsed = time.perf_counter() - self._started
+        parts.append(f"{elapsed * 1000:.0f} ms" if elapsed < 1 else f"{elapsed:.1f} s")
+        reason = reply.generate_reason
+        if reason not in (GenerateReason.STOP, GenerateReason.INTERRUPTED):
+            parts.append(reason.value.replace("_", " "))
+        self.note("  " + " · ".join(parts))
+
+
+# --------------------------------------------------------------------------------------------------
+# pending approvals
+# --------------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class PendingCall:
+    """A tool call waiting in the session: for approval (``confirm``) or for an external result."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+    kind: str
+    reason: str = ""
+    suggested_rules: "list[PermissionRule]" = field(default_factory=list)
+
+
+def pending_calls(pending: Mapping[str, Any] | None) -> list[PendingCall]:
+    """The calls the user must answer, from `AgentState.pending` (subagent entries flattened)."""
+    from agentrt.permission import PermissionRule
+
+    out: list[PendingCall] = []
+
+    def walk(entries: Sequence[Mapping[str, Any]]) -> None:
+        for entry in entries:
+            if entry.get("kind") == "subagent":
+                walk(entry.get("children") or ())
+                continue
+            out.append(
+                PendingCall(
+                    id=str(entry["id"]),
+                    name=str(entry["name"]),
+                    input=dict(entry.get("input") or {}),
+                    kind=str(entry.get("kind") or "confirm"),
+                    reason=str(entry.get("reason") or ""),
+                    suggested_rules=[PermissionRule.coerce(r) for r in entry.get("suggested_rules") or ()],
+                )
+            )
+
+    walk((pending or {}).get("calls") or ())
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the chat
+# --------------------------------------------------------------------------------------------------
+class ChatSession:
+    """The read-eval-print loop of ``agentrt chat`` around one agent and one state store."""
+
+    def __init__(
+        self,
+        console: "Console",
+        agent: "ReActAgent",
+        store: "AgentStateStore",
+        *,
+        user_id: str,
+        session_id: str,
+        model_id: str,
+        store_url: str,
+        tool_names: Sequence[str] = (),
+        notes: Sequence[str] = (),
+        show_thinking: bool = True,
+    ) -> None:
+        from agentrt.context import RuntimeContext
+
+        self.console = console
+        self.agent = agent
+        self.store = store
+        self.user_id = user_id
+        self.session_id = session_id
+        self.ctx = RuntimeContext(user_id, session_id)
+        self.model_id = model_id
+        self.store_url = store_url
+        self.tool_names = list(tool_names)
+        self.notes = list(notes)
+        self.show_thinking = show_thinking
+        self._runner: asyncio.Runner | None = None
+        self._ctrl_c_at_prompt = False
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    def _run(self, make: "Callable[[], Any]") -> Any:
+        """Run a coroutine on the chat's loop; a Ctrl-C outside a streamed reply raises KeyboardInterrupt."""
+        assert self._runner is not None
+        try:
+            return self._runner.run(make())
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+
+    def _input(self, prompt: str) -> str:
+        # The prompt goes to input() itself rather than being printed first (as Console.input does),
+        # so readline knows it: line editing and redraws keep it, and the prompt appears only once
+        # the terminal is ready to read.
+        with self.console.capture() as captured:
+            self.console.print(prompt, end="", highlight=False)
+        text = captured.get()
+        if "readline" in sys.modules:
+            text = _ANSI.sub(lambda m: f"\001{m[0]}\002", text)  # invisible to readline's width count
+        return input(text)
+
+    def _set_session(self, session_id: str) -> None:
+        from agentrt.context import RuntimeContext
+
+        self.session_id = session_id
+        self.ctx = RuntimeContext(self.user_id, session_id)
+
+    # -- main loop ----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Chat until /exit, Ctrl-D or two Ctrl-C at the prompt; returns the exit status."""
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401 - line editing and history for input()
+        with asyncio.Runner() as runner:
+            self._runner = runner
+            try:
+                self._banner()
+                self._settle_pending(announce=True)
+                while True:
+                    line = self._read()
+                    if line is None:
+                        break
+                    try:
+                        if line.startswith("/"):
+                            if not self._command(line):
+                                break
+                        else:
+                            self._send(line)
+                    except KeyboardInterrupt:
+                        self.console.print()
+                        self.console.print("interrupted", style="yellow")
+            finally:
+                if not self.store_url.startswith("memory:"):
+                    self.console.print(
+                        f"session {self.session_id} is saved; continue it with "
+                        f"agentrt chat --model {self.model_id} --session {self.session_id}",
+                        style="dim",
+                        markup=False,
+                        highlight=False,
+                    )
+                with contextlib.suppress(Exception):
+                    runner.run(self.store.close())
+        return 0
+
+    def _banner(self) -> None:
+        from rich.markup import escape
+
+        state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
+        tools = ", ".join(self.tool_names) if self.tool_names else "none"
+        self.console.rule("[bold]agentrt chat[/]")
+        self.console.print(
+            f"model [bold]{escape(self.model_id)}[/] · session [bold]{escape(self.session_id)}[/] · "
+            f"user {escape(self.user_id)} · store {escape(self.store_url)}",
+            highlight=False,
+        )
+        self.console.print(f"tools: {escape(tools)}", style="dim", highlight=False)
+        for note in self.notes:
+            self.console.print(f"(skipped {escape(note)})", style="dim", highlight=False)
+        if state.messages:
+            self.console.print(
+                f"resumed session {escape(self.session_id)}: {len(state.messages)} messages (/history shows them)",
+                style="dim",
+                highlight=False,
+            )
+        self.console.print("/help for commands · Ctrl-C interrupts a reply · Ctrl-C twice or /exit quits", style="dim")
+
+    def _read(self) -> str | None:
+        while True:
+            try:
+                line = self._input(PROMPT)
+            except EOFError:
+                self.console.print()
+                return None
+            except KeyboardInterrupt:
+                self.console.print()
+                if self._ctrl_c_at_prompt:
+                    return None
+                self._ctrl_c_at_prompt = True
+                self.console.print("(press Ctrl-C again, or type /exit, to quit)", style="dim")
+                continue
+            self._ctrl_c_at_prompt = False
+            if line.strip():
+                return line.strip()
+
+    # -- commands -------------------------------------------------------------------------------------------
+    def _command(self, line: str) -> bool:
+        """Run a slash command; False means quit."""
+        from rich.markup import escape
+
+        name, _, arg = line.partition(" ")
+        name = name.lower()
+        arg = arg.strip()
+        if name in ("/exit", "/quit", "/q"):
+            return False
+        if name in ("/help", "/?"):
+            self.console.print(HELP, highlight=False)
+        elif name == "/new":
+            from agentrt.message import new_id
+
+            self._set_session(arg or f"chat-{new_id()[:8]}")
+            self.console.print(f"new session [bold]{escape(self.session_id)}[/]", highlight=False)
+            self._settle_pending(announce=True)
+        elif name == "/sessions":
+            self._sessions()
+        elif name == "/state":
+            self._state()
+        elif name == "/history":
+            from agentrt._cli_sessions import render_messages
+
+            state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
+            if state.messages:
+                render_messages(self.console, state.messages)
+            else:
+                self.console.print("(no messages yet)", style="dim")
+        else:
+            self.console.print(f"unknown command {escape(name)}; /help lists the commands", style="red")
+        return True
+
+    def _sessions(self) -> None:
+        import datetime as dt
+
+        from rich.table import Table
+
+        sessions = self._run(lambda: self.store.list_sessions(self.user_id))
+        if not sessions:
+            self.console.print(f"no saved sessions for user {self.user_id!r} yet", style="dim", highlight=False)
+            return
+        table = Table("", "session", "messages", "revision", "updated", box=None, pad_edge=False)
+        for info in sessions:
+            when = dt.datetime.fromtimestamp(info.updated_at).strftime("%Y-%m-%d %H:%M") if info.updated_at else "-"
+            mark = "*" if info.session_id == self.session_id else ""
+            table.add_row(mark, info.session_id, str(info.message_count), str(info.revision), when)
+        self.console.print(table)
+
+    def _state(self) -> None:
+        from rich.markup import escape
+
+        from agentrt.permission import PermissionRule
+
+        state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
+        roles: dict[str, int] = {}
+        for msg in state.messages:
+            roles[msg.role] = roles.get(msg.role, 0) + 1
+        by_role = ", ".join(f"{n} {role}" for role, n in roles.items())
+        out = self.console.print
+        out(
+            f"session [bold]{escape(state.session_id)}[/] · user {escape(state.user_id)} · "
+            f"revision {state.revision} · {len(state.messages)} messages" + (f" ({by_role})" if by_role else ""),
+            highlight=False,
+        )
+        tokens = self._context_tokens(state.messages)
+        if tokens is not None:
+            out(f"context: ~{tokens} tokens", highlight=False)
+        if state.summary:
+            out(f"summary: {escape(_one_line(state.summary, 300))}", highlight=False)
+        rules = [PermissionRule.coerce(r) for r in state.rules]
+        if rules:
+            out("rules:", highlight=False)
+            for rule in rules:
+                out(f"  {rule.decision.value} {escape(describe_rule(rule))} ({rule.source})", highlight=False)
+        else:
+            out("rules: none", highlight=False)
+        calls = pending_calls(state.pending)
+        if calls:
+            out("pending:", highlight=False)
+            for call in calls:
+                what = "awaiting approval" if call.kind == "confirm" else "awaiting its result"
+                out(f"  {escape(call.name)} {escape(_one_line(_args_json(call.input)))} — {what}", highlight=False)
+        else:
+            out("pending: none", highlight=False)
+        if state.active_groups is not None:
+            out(f"tool groups: {', '.join(state.active_groups) or 'none'}", highlight=False)
+
+    def _context_tokens(self, messages: "list[Msg]") -> int | None:
+        if not messages:
+            return 0
+        try:
+            from agentrt.model.tokens import count_tokens
+
+            return count_tokens(messages, self.agent.model)
+        except Exception:
+            return None
+
+    # -- a message and its run ---------------------------------------------------------------------------------
+    def _send(self, text: str) -> None:
+        if not self._settle_pending(announce=True):
+            return
+        payload: Any = text
+        while payload is not None:
+            outcome = self._run(functools.partial(self._stream, payload))
+            payload = None
+            if outcome == "confirm":
+                results = self._ask_approvals(self._pending())
+                if results is None:
+                    return
+                from agentrt.message import Msg
+
+                payload = Msg.confirm(results)
+            elif outcome == "external":
+                payload = self._refuse_external(self._pending())
+
+    def _pending(self) -> list[PendingCall]:
+        state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
+        return pending_calls(state.pending)
+
+    def _settle_pending(self, *, announce: bool) -> bool:
+        """Answer what the session still waits for; False if the user left it waiting."""
+        from agentrt.message import Msg
+
+        calls = self._pending()
+        while calls:
+            if announce:
+                self.console.print(f"this session has {len(calls)} tool call(s) waiting for an answer", style="yellow")
+            if any(c.kind == "confirm" for c in calls):
+                results = self._ask_approvals(calls)
+                if results is None:
+                    return False
+                payload: Msg | None = Msg.confirm(results)
+            else:
+                payload = self._refuse_external(calls)
+            outcome = self._run(functools.partial(self._stream, payload))
+            calls = self._pending()
+            if outcome is None:
+                return not calls
+        return True
+
+    def _refuse_external(self, calls: list[PendingCall]) -> "Msg | None":
+        from agentrt.message import Msg, ToolResultBlock
+
+        external = [c for c in calls if c.kind == "external"]
+        if not external:
+            return None
+        self.console.print("the chat cannot run external tools; they are answered with an error", style="yellow")
+        return Msg(
+            role="user",
+            content=[
+                ToolResultBlock(
+                    id=c.id,
+                    name=c.name,
+                    output="This tool runs outside the agent, and the terminal chat cannot run it.",
+                    state="error",
+                )
+                for c in external
+            ],
+        )
+
+    def _ask_approvals(self, calls: list[PendingCall]) -> "list[ConfirmResult] | None":
+        """Ask about each call waiting for approval; None if the user pressed Ctrl-C or Ctrl-D."""
+        from rich.markup import escape
+
+        from agentrt.message import ToolUseBlock
+        from agentrt.permission import ConfirmResult, PermissionRule
+
+        results: list[ConfirmResult] = []
+        for call in (c for c in calls if c.kind == "confirm"):
+            self.console.print(
+                f"[bold yellow]⚠ approve[/] [bold]{escape(call.name)}[/] "
+                f"[magenta]{escape(_one_line(_args_json(call.input), 400))}[/]"
+                + (f" [dim]({escape(call.reason)})[/]" if call.reason else ""),
+                highlight=False,
+            )
+            general = call.suggested_rules[-1] if call.suggested_rules else PermissionRule(tool=call.name)
+            while True:
+                try:
+                    answer = self._input(APPROVAL_PROMPT).strip()
+                except (KeyboardInterrupt, EOFError):
+                    self.console.print()
+                    self.console.print("left waiting; you will be asked again before your next message", style="yellow")
+                    return None
+                choice, _, rest = answer.partition(" ")
+                choice = choice.lower()
+                if choice in ("y", "yes"):
+                    results.append(ConfirmResult(confirmed=True, tool_call=call.id))
+                elif choice in ("n", "no"):
+                    results.append(ConfirmResult(confirmed=False, tool_call=call.id, reason=rest.strip()))
+                elif choice in ("a", "always"):
+                    results.append(ConfirmResult(confirmed=True, tool_call=call.id, rules=[general]))
+                    self.console.print(
+                        f"  allowing {escape(describe_rule(general))} for the rest of this session",
+                        style="dim",
+                        highlight=False,
+                    )
+                elif choice in ("e", "edit"):
+                    edited = self._edit_arguments(call)
+                    if edited is None:
+                        continue
+                    results.append(
+                        ConfirmResult(confirmed=True, tool_call=ToolUseBlock(id=call.id, name=call.name, input=edited))
+                    )
+                else:
+                    self.console.print("  answer y, n, e or a (/help explains)", style="dim")
+                    continue
+                break
+        return results
+
+    def _edit_arguments(self, call: PendingCall) -> dict[str, Any] | None:
+        from rich.markup import escape
+
+        self.console.print(f"  current arguments: {escape(_args_json(call.input))}", highlight=False)
+        while True:
+            try:
+                raw = self._input(f"  [bold]new arguments (JSON, empty keeps them)[/] {ANGLE} ").strip()
+            except (KeyboardInterrupt, EOFError):
+                self.console.print()
+                return None
+            if not raw:
+                return dict(call.input)
+            try:
+                value = json.loads(raw)
+            except ValueError as exc:
+                self.console.print(f"  not JSON: {escape(str(exc))}", style="red", highlight=False)
+                continue
+            if not isinstance(value, dict):
+                self.console.print("  the arguments must be a JSON object", style="red")
+                continue
+            return value
+
+    async def _stream(self, payload: Any) -> str | None:
+        """Stream one call, Ctrl-C interrupting it; ``"confirm"``/``"external"`` when it paused."""
+        from agentrt import events as ev
+        from agentrt.message import GenerateReason
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        renderer = ChatRenderer(self.console, self.agent.name, show_thinking=self.show_thinking)
+        hits = 0
+        streaming = True
+
+        def on_sigint() -> None:
+            nonlocal hits
+            if not streaming:
+                return
+            hits += 1
+            if hits == 1 and self.agent.interrupt(self.ctx):
+                renderer.note("^C interrupting… (Ctrl-C again stops at once)")
+            elif task is not None:
+                task.cancel()
+
+        installed = False
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            installed = True
+        reason: GenerateReason | None = None
+        try:
+            async for event in self.agent.stream_events(payload, self.ctx):
+                renderer.feed(event)
+                if isinstance(event, ev.RunFinished) and event.source == self.agent.name:
+                    reason = event.msg.generate_reason
+        except asyncio.CancelledError:
+            if task is None or not hits:
+                raise
+            task.uncancel()
+            renderer.line("stopped; the session keeps what was saved", "yellow", prefix="⏹ ", prefix_style="bold")
+            return None
+        except Exception as exc:
+            if not renderer.failed:  # a failed run printed its RunError already
+                renderer.error(exc)
+            return None
+        finally:
+            streaming = False
+            if installed:
+                loop.remove_signal_handler(signal.SIGINT)
+        if reason is GenerateReason.AWAITING_CONFIRMATION:
+            return "confirm"
+        if reason is GenerateReason.AWAITING_EXTERNAL_EXECUTION:
+            return "external"
+        return "done"
+
+
+# --------------------------------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------------------------------
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    from agentrt.errors import UserError
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--option {pair!r}: use KEY=VALUE, e.g. temperature=0.2")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except ValueError:
+            options[key.strip()] = raw
+    return options
+
+
+def build_agent(
+    model_id: str,
+    *,
+    store: "AgentStateStore",
+    tools: Sequence[str] = (),
+    system: str | None = None,
+    confirm: Sequence[str] = (),
+    permission: str = "default",
+    model_options: Mapping[str, Any] | None = None,
+    max_iters: int = 10,
+    workspace: str | None = None,
+) -> "tuple[ReActAgent, list[str]]":
+    """The chat's agent (model, tools, permissions, store) and notes on skipped tools."""
+    from agentrt.agent.react import ReActAgent
+    from agentrt.model.registry import model_from_id
+    from agentrt.permission import PermissionContext, PermissionMode
+    from agentrt.tool.toolkit import Toolkit
+
+    register_scripted_models()
+    workspace = workspace or os.getcwd()
+    model = model_from_id(model_id, **dict(model_options or {}))
+    demo = model_id.split("?")[0] == "scripted:demo"
+    specs = list(tools) or (["demo"] if demo else [])
+    found, notes = resolve_tools(specs, workspace)
+    toolkit = Toolkit()
+    for item in found:
+        if any(fnmatch.fnmatchcase(item.name, pattern) for pattern in confirm):
+            item = item.copy(requires_confirmation=True)
+        toolkit.register(item)
+    if system is None:
+        if demo:
+            from agentrt._demo import SYS_PROMPT
+
+            system = SYS_PROMPT
+        else:
+            system = DEFAULT_SYSTEM
+    agent = ReActAgent(
+        "assistant",
+        system,
+        model,
+        toolkit,
+        state_store=store,
+        permission=PermissionContext(mode=PermissionMode(permission), workspace=workspace),
+        max_iters=max_iters,
+    )
+    return agent, notes
+
+
+def build_chat_command() -> "Callable[..., None]":
+    """The ``chat`` command function, for ``app.command("chat")(build_chat_command())``."""
+    import typer
+
+    from agentrt.context import ANONYMOUS_USER
+
+    def chat(
+        model: Annotated[
+            str, typer.Option("--model", "-m", help="Model id, e.g. openai:gpt-4o-mini, or scripted:demo offline.")
+        ],
+        tools: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--tools",
+                "-t",
+                help="Tools: builtin, demo, none or module:attribute (repeatable). Default: none "
+                "(the demo tools for scripted:demo).",
+            ),
+        ] = None,
+        session: Annotated[
+            str | None, typer.Option("--session", "-s", help="Session id to continue (default: a new one).")
+        ] = None,
+        user: Annotated[str, typer.Option("--user", "-u", help="User id owning the session.")] = ANONYMOUS_USER,
+        store: Annotated[
+            str | None,
+            typer.Option("--store", help="State store URL (default: AGENTRT_STATE_URL or ~/.agentrt/state.db)."),
+        ] = None,
+        system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+        confirm: Annotated[
+            list[str] | None,
+            typer.Option("--confirm", "-c", help="Ask before running tools matching this glob (repeatable)."),
+        ] = None,
+        permission: Annotated[
+            str,
+            typer.Option("--permission", help="Permission mode: default, accept_edits, explore, bypass, dont_ask."),
+        ] = "default",
+        option: Annotated[
+            list[str] | None,
+            typer.Option("--option", "-o", help="Model option KEY=VALUE, e.g. temperature=0.2 (repeatable)."),
+        ] = None,
+        max_iters: Annotated[int, typer.Option("--max-iters", help="Most reasoning steps per message.")] = 10,
+        thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="Show the model's thinking.")] = True,
+    ) -> None:
+        """Chat with an agent: streaming replies, live tool calls, inline approvals, saved sessions."""
+        from rich.console import Console
+
+        from agentrt.errors import AgentrtError
+        from agentrt.message import new_id
+        from agentrt.state import default_state_url, store_from_url
+
+        console = Console(soft_wrap=True)
+        err = Console(stderr=True)
+        store_url = store or default_state_url()
+        try:
+            state_store = store_from_url(store_url)
+            agent, notes = build_agent(
+                model,
+                store=state_store,
+                tools=tools or (),
+                system=system,
+                confirm=confirm or (),
+                permission=permission,
+                model_options=_parse_options(option or ()),
+                max_iters=max_iters,
+            )
+        except (AgentrtError, ValueError) as exc:
+            err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        chat_session = ChatSession(
+            console,
+            agent,
+            state_store,
+            user_id=user,
+            session_id=session or f"chat-{new_id()[:8]}",
+            model_id=model,
+            store_url=store_url,
+            tool_names=agent.toolkit.names(),
+            notes=notes,
+            show_thinking=thinking,
+        )
+        code = chat_session.run()
+        sys.stdout.flush()
+        if code:
+            raise typer.Exit(code)
+
+    return chat
