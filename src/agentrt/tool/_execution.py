@@ -8,6 +8,7 @@ cancellation propagate.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -32,6 +33,8 @@ from agentrt.tool.base import Tool
 __all__ = ["META_SUSPENDED", "CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
 
 CallRunner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+current_call: contextvars.ContextVar[ToolUseBlock | None] = contextvars.ContextVar("agentrt_tool_call", default=None)
+"""The tool call running in this task (tools and emitters read it to know their call id)."""
 META_SUSPENDED = "agentrt_suspended"
 """Metadata key of a result that is not a result: the tool suspended (see `ToolSuspended`)."""
 _MEDIA = (TextBlock, ImageBlock, AudioBlock, VideoBlock)
@@ -146,6 +149,7 @@ class ToolExecutor:
                     "Do not call it again; continue with the results you have.",
                 )
             self._counts[tool.name] = used + 1
+        token = current_call.set(call)
         try:
             async with self._semaphore:
                 if tool.timeout is None:
@@ -170,6 +174,8 @@ class ToolExecutor:
             raise
         except Exception as exc:
             return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
+        finally:
+            current_call.reset(token)
         return to_result(call, value)
 
     async def execute_all(

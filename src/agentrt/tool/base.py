@@ -192,6 +192,11 @@ class Tool:
             for param, kind in schema.injected.items():
                 value = ctx.get(kind, _MISSING)
                 if value is _MISSING:
+                    # A type may build its own value for a call (e.g. ToolEmitter binds to the running call).
+                    factory = getattr(kind, "__agentrt_inject__", None)
+                    if factory is not None:
+                        value = factory(ctx, self.name)
+                if value is _MISSING:
                     value = schema.injected_defaults.get(param, _MISSING)
                     if value is _MISSING:
                         raise UserError(
