@@ -1,0 +1,229 @@
+"""The HTTP server under load: N concurrent SSE sessions against a real uvicorn process.
+
+The server (a separate process started by this script) serves one agent whose scripted model
+answers after 200 ms (streamed word by word), with the in-memory store. The client opens N SSE
+streams at once (``POST .../messages`` with ``stream: true``, one session each, over aiohttp) and
+measures, per request, the time to the first SSE event (``run_started``, before the model is
+called), the time to the first text delta (after the model's latency) and the time to
+``run_finished``. Server CPU (user + system) comes from ``resource.getrusage`` in the server
+process through a stats route that only the benchmark mode of this script mounts.
+
+Prints a table and writes benchmarks/results/server.json.
+Run: `.venv/bin/python benchmarks/server.py [--sessions 1000] [--latency 0.2] [--rounds 3]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+KEY = "bench-key"
+ANSWER = "The answer to your question is forty-two, as always."
+
+
+# -- server mode -------------------------------------------------------------------------------------------------
+def serve(port: int, latency: float) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Mount, Route
+
+    from agentrt import ReActAgent
+    from agentrt.model import ScriptedModel
+    from agentrt.server import create_app
+    from agentrt.server._serve import graceful_server
+    from agentrt.state import InMemoryStateStore
+
+    model = ScriptedModel([ANSWER], latency=latency, repeat=True, record=False)
+    agent = ReActAgent("bench", "You answer.", model=model)
+    app = create_app({"bench": agent}, store=InMemoryStateStore(), api_keys={KEY: "bench-user"}, facades=())
+
+    async def stats(request: Request) -> JSONResponse:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return JSONResponse({"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_kib": usage.ru_maxrss})
+
+    bench_app = Starlette(routes=[Route("/_bench/stats", stats), Mount("/", app=app)])
+    bench_app.state.agentrt = app.state.agentrt
+    server = graceful_server(
+        bench_app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096
+    )
+    asyncio.run(server.serve())
+
+
+# -- client mode ------------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def one_session(session: Any, url: str, index: int, tag: str) -> dict[str, float]:
+    body = {"input": f"question {index}", "stream": True}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    start = time.perf_counter()
+    first_event = first_text = None
+    finished = False
+    async with session.post(f"{url}/v1/agents/bench/sessions/{tag}-{index}/messages", json=body, headers=headers) as r:
+        if r.status != 200:
+            raise RuntimeError(f"status {r.status}: {await r.text()}")
+        async for raw in r.content:
+            line = raw.decode().rstrip("\r\n")
+            if not line.startswith("event: "):
+                continue
+            now = time.perf_counter()
+            if first_event is None:
+                first_event = now - start
+            if first_text is None and line == "event: text_delta":
+                first_text = now - start
+            if line == "event: run_finished":
+                finished = True
+    end = time.perf_counter() - start
+    if not finished or first_event is None or first_text is None:
+        raise RuntimeError(f"session {index}: incomplete stream")
+    return {"first_event": first_event, "first_text": first_text, "total": end}
+
+
+async def load(url: str, sessions: int, tag: str) -> tuple[float, list[dict[str, float]]]:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one_session(session, url, i, tag) for i in range(sessions)))
+        wall = time.perf_counter() - start
+    return wall, list(results)
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def run(sessions: int, latency: float, rounds: int) -> dict[str, Any]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--latency", str(latency)],
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _get_json(url + "/healthz")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the benchmark server did not start") from None
+                time.sleep(0.05)  # noqa: TID251 - outside any event loop
+        asyncio.run(load(url, min(100, sessions), "warmup"))
+        best: dict[str, Any] | None = None
+        for n in range(rounds):
+            before = _get_json(url + "/_bench/stats")["cpu_s"]
+            client_before = _own_cpu()
+            wall, results = asyncio.run(load(url, sessions, f"r{n}"))
+            client_cpu = _own_cpu() - client_before
+            after = _get_json(url + "/_bench/stats")
+            row = {
+                "sessions": sessions,
+                "model_latency_s": latency,
+                "wall_s": wall,
+                "first_event_p50_ms": 1000 * statistics.median(r["first_event"] for r in results),
+                "first_event_p99_ms": 1000 * pct([r["first_event"] for r in results], 99),
+                "first_text_p50_ms": 1000 * statistics.median(r["first_text"] for r in results),
+                "first_text_p99_ms": 1000 * pct([r["first_text"] for r in results], 99),
+                "total_p50_ms": 1000 * statistics.median(r["total"] for r in results),
+                "total_p99_ms": 1000 * pct([r["total"] for r in results], 99),
+                "server_cpu_ms_per_run": 1000 * (after["cpu_s"] - before) / sessions,
+                "server_max_rss_mib": after["max_rss_kib"] / 1024,
+                "client_cpu_ms_per_run": 1000 * client_cpu / sessions,
+            }
+            print(
+                f"round {n + 1}/{rounds}: wall {wall:.2f} s, server CPU {row['server_cpu_ms_per_run']:.2f} ms/run, "
+                f"client CPU {row['client_cpu_ms_per_run']:.2f} ms/run"
+            )
+            if best is None or row["wall_s"] < best["wall_s"]:
+                best = row
+        assert best is not None
+        return best
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def table(row: dict[str, Any]) -> str:
+    lines = [
+        "| sessions | model latency | wall | first event p50 / p99 | first text p50 / p99 | done p50 / p99 "
+        "| server CPU per run | server RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {row['sessions']} | {row['model_latency_s'] * 1000:.0f} ms | {row['wall_s']:.2f} s "
+        f"| {row['first_event_p50_ms']:.0f} / {row['first_event_p99_ms']:.0f} ms "
+        f"| {row['first_text_p50_ms']:.0f} / {row['first_text_p99_ms']:.0f} ms "
+        f"| {row['total_p50_ms']:.0f} / {row['total_p99_ms']:.0f} ms "
+        f"| {row['server_cpu_ms_per_run']:.2f} ms | {row['server_max_rss_mib']:.0f} MiB |",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--rounds", type=int, default=3, help="best round (by wall time) is reported")
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.latency)
+        return
+    row = run(args.sessions, args.latency, args.rounds)
+    print()
+    print(table(row))
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "server.json"
+    import uvicorn
+
+    meta = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "uvicorn": uvicorn.__version__,
+        "loop": "uvloop" if _has("uvloop") else "asyncio",
+        "http": "httptools" if _has("httptools") else "h11",
+    }
+    out.write_text(json.dumps({**meta, "result": row}, indent=2) + "\n")
+    print(f"\nwritten {out}")
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""`ApiError`: an HTTP error with a readable JSON body, and the mapping from runtime errors to statuses.
+
+Every error body has one shape, the one OpenAI clients already parse::
+
+    {"error": {"type": "invalid_request_error", "code": "session_not_found", "message": "...", "param": null}}
+
+plus ``details`` (a list of ``{"loc", "msg", "type"}``) for validation errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from starlette.responses import Response
+
+from agentrt import _json
+from agentrt.errors import (
+    ModelError,
+    ModelTimeoutError,
+    RateLimitError,
+    SessionBusyError,
+    StateConflictError,
+    StateStoreError,
+    UserError,
+)
+
+__all__ = ["ApiError", "JSONResponse", "error_for_exception", "json_response"]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "model_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+class JSONResponse(Response):
+    """A JSON response serialised with agentrt's fast JSON."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return _json.dumps_bytes(content)
+
+
+def json_response(content: Any, status_code: int = 200, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """`content` as a JSON response."""
+    return JSONResponse(content, status_code=status_code, headers=dict(headers) if headers else None)
+
+
+class ApiError(Exception):
+    """Raise it from a route (or a helper) to answer with `status` and a JSON error body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        details: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = dict(headers) if headers else {}
+        self.details = list(details) if details is not None else None
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body."""
+        error: dict[str, Any] = {
+            "type": _TYPES.get(self.status, "invalid_request_error" if self.status < 500 else "server_error"),
+            "code": self.code,
+            "message": self.message,
+            "param": self.param,
+        }
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        """The error as a response."""
+        return json_response(self.body(), self.status, self.headers)
+
+
+def error_for_exception(exc: BaseException) -> ApiError | None:
+    """The HTTP error for an exception raised by an agent call (None: an unexpected failure, a 500)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, SessionBusyError):
+        return ApiError(409, f"the session is busy: {exc}", code="session_busy")
+    if isinstance(exc, StateConflictError):
+        return ApiError(409, str(exc), code="state_conflict")
+    if isinstance(exc, StateStoreError):
+        return ApiError(503, f"the state store is unavailable: {exc}", code="store_unavailable")
+    if isinstance(exc, UserError):
+        return ApiError(409, str(exc), code="invalid_session_state")
+    if isinstance(exc, RateLimitError):
+        retry = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(max(1, math.ceil(retry)))} if isinstance(retry, (int, float)) else None
+        return ApiError(503, f"the model provider is rate limiting: {exc}", code="model_rate_limited", headers=headers)
+    if isinstance(exc, ModelTimeoutError):
+        return ApiError(504, f"the model timed out: {exc}", code="model_timeout")
+    if isinstance(exc, ModelError):
+        return ApiError(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
+    return None

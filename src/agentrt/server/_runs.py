@@ -1,0 +1,177 @@
+"""The runs a server process has in flight: tracked for graceful shutdown and SSE reconnects.
+
+Nothing here outlives a run: a finished run leaves no trace in memory, so replicas sharing a
+state store are interchangeable (a reconnect that lands on another replica reads the session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentrt import events as ev
+from agentrt.agent.base import AgentBase, AgentInput
+from agentrt.context import RuntimeContext
+from agentrt.message import Msg
+from agentrt.server._sse import LiveRun, aclose
+
+__all__ = ["ActiveRun", "RunRegistry"]
+
+logger = logging.getLogger("agentrt.server")
+
+EventEncoder = Callable[[ev.AgentEvent], tuple[str, bytes]]
+ErrorEncoder = Callable[[BaseException], tuple[str, bytes]]
+
+
+@dataclass(slots=True, eq=False)
+class ActiveRun:
+    """One agent call started by the server."""
+
+    agent: AgentBase
+    ctx: RuntimeContext
+    task: asyncio.Task[Any]
+    live: LiveRun | None = None
+    started: bool = False
+    """Whether the call holds its session (a run still queued for the lock has nothing to save)."""
+
+
+class RunRegistry:
+    """In-flight runs of one app: started here, interrupted and awaited at shutdown."""
+
+    __slots__ = ("_active", "_live", "accepting", "buffer_size", "disconnect_grace")
+
+    def __init__(self, *, buffer_size: int = 1024, disconnect_grace: float = 2.0) -> None:
+        self.buffer_size = buffer_size
+        self.disconnect_grace = disconnect_grace
+        self.accepting = True
+        self._active: set[ActiveRun] = set()
+        self._live: dict[tuple[str, str], dict[str, LiveRun]] = {}
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def is_running(self, key: tuple[str, str]) -> bool:
+        """Whether a run of this server works on the session `key` = (user id, internal session id)."""
+        return any(run.ctx.key == key for run in self._active)
+
+    # -- plain calls ------------------------------------------------------------------------------------------
+    async def call(self, agent: AgentBase, input: AgentInput, ctx: RuntimeContext) -> Msg:
+        """``agent.call`` tracked for shutdown."""
+        task = asyncio.get_running_loop().create_task(agent.call(input, ctx))
+        entry = ActiveRun(agent, ctx, task)
+        self._active.add(entry)
+        try:
+            return await task
+        finally:
+            self._active.discard(entry)
+
+    def track(self, agent: AgentBase, ctx: RuntimeContext, task: asyncio.Task[Any]) -> ActiveRun:
+        """Track a run a facade started itself (call `untrack` when it ends).
+
+        Set ``entry.started = True`` once the run's ``run_started`` event is seen, so a shutdown
+        lets a run that already finished its work deliver its last events instead of cancelling it.
+        """
+        entry = ActiveRun(agent, ctx, task)
+        self._active.add(entry)
+        return entry
+
+    def untrack(self, entry: ActiveRun) -> None:
+        """Forget a run registered with `track`."""
+        self._active.discard(entry)
+
+    # -- streamed runs ------------------------------------------------------------------------------------------
+    def start_live(
+        self,
+        agent: AgentBase,
+        agent_name: str,
+        ctx: RuntimeContext,
+        input: AgentInput,
+        encode: EventEncoder,
+        encode_error: ErrorEncoder,
+    ) -> LiveRun:
+        """Start ``agent.stream_events`` in a task that fills a `LiveRun` buffer clients read from."""
+        key = ctx.key
+        live = LiveRun(key, agent_name, uuid.uuid4().hex[:16], capacity=self.buffer_size, grace=self.disconnect_grace)
+        entry: ActiveRun
+
+        async def pump() -> None:
+            stream = agent.stream_events(input, ctx)
+            ended = False
+            try:
+                async for event in stream:
+                    if isinstance(event, ev.RunStarted) and event.source == agent.name:
+                        entry.started = True
+                    elif isinstance(event, (ev.RunFinished, ev.RunError)) and event.source == agent.name:
+                        ended = True
+                    live.push(*encode(event))
+            except Exception as exc:
+                if not ended:
+                    live.push(*encode_error(exc))
+                logger.warning("run %s failed: %s: %s", live.token, type(exc).__name__, exc)
+            finally:
+                await aclose(stream)
+                live.close()
+                self._active.discard(entry)
+                runs = self._live.get(key)
+                if runs is not None:
+                    runs.pop(live.token, None)
+                    if not runs:
+                        del self._live[key]
+
+        task = asyncio.get_running_loop().create_task(pump())
+        live.task = task
+        entry = ActiveRun(agent, ctx, task, live=live)
+        self._active.add(entry)
+        self._live.setdefault(key, {})[live.token] = live
+        return live
+
+    def find_live(self, key: tuple[str, str], token: str | None = None) -> LiveRun | None:
+        """The live run of a session: the one with `token`, or the most recent."""
+        runs = self._live.get(key)
+        if not runs:
+            return None
+        if token is not None:
+            return runs.get(token)
+        return next(reversed(runs.values()))
+
+    # -- shutdown -------------------------------------------------------------------------------------------------
+    async def shutdown(self, timeout: float) -> None:
+        """Stop accepting runs, interrupt the running ones and wait up to `timeout` s for their checkpoints.
+
+        A run that holds its session is interrupted (`agent.interrupt`: its reply says so and its
+        stream ends with ``run_finished``); a run still queued for the session lock is cancelled.
+        Whatever is left after `timeout` is cancelled, which checkpoints it too.
+        """
+        self.accepting = False
+        active = list(self._active)
+        if not active:
+            return
+        logger.info("shutting down: interrupting %d run(s)", len(active))
+        for run in active:
+            if run.task.done():
+                continue
+            if _holds_session(run):
+                run.agent.interrupt(run.ctx)
+            elif not run.started:
+                run.task.cancel()
+        tasks = [run.task for run in active]
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        if pending:
+            logger.warning("%d run(s) still busy after %.1f s: cancelling them", len(pending), timeout)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait(pending, timeout=max(1.0, timeout / 2))
+
+
+def _holds_session(run: ActiveRun) -> bool:
+    # `agent.interrupt` addresses a session, not a call: check that the call running on the session
+    # is this one (the same context object), so a call queued behind it is cancelled instead.
+    running = getattr(run.agent, "_running", None) or {}
+    current = running.get(run.ctx.key)
+    return current is not None and getattr(current, "ctx", None) is run.ctx

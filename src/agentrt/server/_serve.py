@@ -1,0 +1,217 @@
+"""``agentrt serve``: load agents from ``MODULE:ATTR``, read the config, run the app with uvicorn.
+
+Shutdown is graceful in the order a load balancer needs: on SIGTERM the app first refuses new runs
+(503, and ``/readyz`` turns 503) and interrupts the running ones, which checkpoint and end their
+streams with ``run_finished``; only then does uvicorn close the listening socket and the
+connections.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import inspect
+import json
+import os
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrt.agent.base import AgentBase
+from agentrt.errors import UserError
+from agentrt.server._auth import ENV_API_KEYS, ApiKeyAuth, RateLimit, parse_api_keys_env
+from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES
+
+__all__ = ["ServeConfig", "graceful_server", "load_agents", "load_config", "run_server"]
+
+_CONFIG_KEYS = {
+    "api_keys",
+    "store",
+    "max_body_bytes",
+    "rate_limit",
+    "shutdown_timeout",
+    "disconnect_grace",
+    "heartbeat",
+    "event_buffer",
+    "facades",
+}
+
+
+@dataclass(slots=True, kw_only=True)
+class ServeConfig:
+    """Settings of `agentrt serve` (from ``--config FILE`` and the environment)."""
+
+    api_keys: dict[str, str] = field(default_factory=dict)
+    store: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    rate_limit: RateLimit | None = None
+    shutdown_timeout: float = 10.0
+    disconnect_grace: float = 2.0
+    heartbeat: float = 15.0
+    event_buffer: int = 1024
+    facades: tuple[str, ...] = ("openai", "agui", "a2a")
+
+    def app_options(self) -> dict[str, Any]:
+        """Keyword arguments for `create_app`."""
+        return {
+            "api_keys": ApiKeyAuth(self.api_keys),
+            "max_body_bytes": self.max_body_bytes,
+            "rate_limit": self.rate_limit,
+            "shutdown_timeout": self.shutdown_timeout,
+            "disconnect_grace": self.disconnect_grace,
+            "heartbeat": self.heartbeat,
+            "event_buffer": self.event_buffer,
+            "facades": self.facades,
+        }
+
+
+def _number(data: Mapping[str, Any], key: str, kind: type[int] | type[float], default: Any) -> Any:
+    value: Any = data.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    if ok and kind is int and not isinstance(value, int):
+        ok = False
+    if not ok:
+        raise UserError(f"config: {key!r} must be a non-negative {kind.__name__}, not {value!r}")
+    return kind(value)
+
+
+def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> ServeConfig:
+    """Read a TOML (``.toml``) or JSON config file, then add keys from ``AGENTRT_API_KEYS``.
+
+    Keys: ``api_keys`` (table key -> user id), ``store``, ``max_body_bytes``, ``rate_limit``
+    (``{rate = <per second>, burst = <n>}``), ``shutdown_timeout``, ``disconnect_grace``,
+    ``heartbeat``, ``event_buffer``, ``facades``.
+    """
+    env = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        try:
+            raw = file.read_bytes()
+        except OSError as exc:
+            raise UserError(f"cannot read config file {str(file)!r}: {exc.strerror or exc}") from None
+        try:
+            loaded = json.loads(raw) if file.suffix.lower() == ".json" else tomllib.loads(raw.decode())
+        except (ValueError, UnicodeDecodeError) as exc:
+            kind = "JSON" if file.suffix.lower() == ".json" else "TOML"
+            raise UserError(f"config file {str(file)!r} is not valid {kind}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"config file {str(file)!r} must hold a table/object at the top level")
+        data = loaded
+    unknown = sorted(set(data) - _CONFIG_KEYS)
+    if unknown:
+        raise UserError(f"config: unknown setting(s) {', '.join(map(repr, unknown))}; known: {sorted(_CONFIG_KEYS)}")
+    keys = data.get("api_keys") or {}
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise UserError("config: 'api_keys' must be a table of key = \"user id\" strings")
+    api_keys = dict(keys)
+    api_keys.update(parse_api_keys_env(env.get(ENV_API_KEYS, "")))
+    rate_limit = None
+    raw_limit = data.get("rate_limit")
+    if raw_limit is not None:
+        if not isinstance(raw_limit, dict) or "rate" not in raw_limit:
+            raise UserError("config: 'rate_limit' must be a table like {rate = 5.0, burst = 20}")
+        rate = _number(raw_limit, "rate", float, None)
+        rate_limit = RateLimit(rate=rate, burst=_number(raw_limit, "burst", int, max(1, int(rate))))
+    store = data.get("store")
+    if store is not None and not isinstance(store, str):
+        raise UserError("config: 'store' must be a URL string")
+    facades = data.get("facades", ("openai", "agui", "a2a"))
+    if not isinstance(facades, (list, tuple)) or not all(isinstance(f, str) for f in facades):
+        raise UserError("config: 'facades' must be a list of names")
+    return ServeConfig(
+        api_keys=api_keys,
+        store=store,
+        max_body_bytes=_number(data, "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES),
+        rate_limit=rate_limit,
+        shutdown_timeout=_number(data, "shutdown_timeout", float, 10.0),
+        disconnect_grace=_number(data, "disconnect_grace", float, 2.0),
+        heartbeat=_number(data, "heartbeat", float, 15.0),
+        event_buffer=_number(data, "event_buffer", int, 1024),
+        facades=tuple(facades),
+    )
+
+
+def load_agents(target: str) -> dict[str, AgentBase] | AgentBase | Sequence[AgentBase]:
+    """The agents named by ``MODULE:ATTR``: an agent, a dict or list of agents, or a factory returning one.
+
+    The current directory is importable, as with ``python -m``.
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected MODULE:ATTR (e.g. 'myapp.agents:assistant'), got {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if exc.name == module_name or (exc.name and module_name.startswith(exc.name + ".")):
+            raise UserError(f"cannot import module {module_name!r}: {exc}") from None
+        raise
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise UserError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if callable(value) and not isinstance(value, AgentBase) and not isinstance(value, type):
+        value = value()
+        if inspect.isawaitable(value):
+            raise UserError(f"{target} is an async factory; make it a plain function returning the agents")
+    if isinstance(value, AgentBase):
+        return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise UserError(f"{target} is a {type(value).__name__}, not an agent, a dict of agents or a factory of them")
+
+
+def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> Any:
+    """A ``uvicorn.Server`` for `app` whose shutdown first interrupts and checkpoints the app's runs.
+
+    `options` go to ``uvicorn.Config``; `close` lists objects (state stores) whose ``close()`` is
+    awaited once the server has stopped.
+    """
+    import uvicorn
+
+    server_ctx = getattr(getattr(app, "state", None), "agentrt", None)
+    timeout = getattr(server_ctx, "shutdown_timeout", 10.0)
+
+    class GracefulServer(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            # Everything loaded so far (modules, agents, tools) lives as long as the process: keep
+            # it out of the cyclic GC's generations, whose full scans otherwise grow with it.
+            gc.collect()
+            gc.freeze()
+
+        async def shutdown(self, sockets: list[Any] | None = None) -> None:
+            if server_ctx is not None:
+                await server_ctx.shutdown()
+            await super().shutdown(sockets)
+            for item in close:
+                await item.close()
+
+    options.setdefault("timeout_graceful_shutdown", int(timeout) + 5)
+    options.setdefault("lifespan", "on")
+    return GracefulServer(uvicorn.Config(app, **options))
+
+
+def run_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    access_log: bool = True,
+    close: Sequence[Any] = (),
+) -> None:
+    """Run `app` (from `create_app`) with uvicorn until SIGINT/SIGTERM, shutting down gracefully."""
+    import asyncio
+
+    server = graceful_server(app, close=close, host=host, port=port, log_level=log_level, access_log=access_log)
+    asyncio.run(server.serve())

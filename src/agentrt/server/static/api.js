@@ -1,0 +1,136 @@
+// HTTP client for the agentrt server: bearer auth on every request, JSON errors, SSE runs.
+
+import { readEventStream } from "./sse.js";
+
+const KEY_STORAGE = "agentrt.apiKey";
+
+export class ApiError extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.body = body;
+  }
+}
+
+/** The API key lives in sessionStorage: it survives reloads of this tab, not the tab itself. */
+export const apiKey = {
+  get() {
+    try {
+      return sessionStorage.getItem(KEY_STORAGE) || "";
+    } catch {
+      return "";
+    }
+  },
+  set(value) {
+    sessionStorage.setItem(KEY_STORAGE, value);
+  },
+  clear() {
+    sessionStorage.removeItem(KEY_STORAGE);
+  },
+};
+
+// URLs are relative to the page, so the UI also works when the app is mounted under a prefix.
+const apiBase = new URL("v1/", document.baseURI);
+const seg = (s) => encodeURIComponent(s);
+
+function errorMessage(status, body) {
+  if (body && typeof body === "object") {
+    const detail = body.detail ?? body.error ?? body.message;
+    if (typeof detail === "string") return detail;
+    if (detail && typeof detail === "object" && typeof detail.message === "string") return detail.message;
+    if (Array.isArray(detail)) {
+      return detail.map((d) => (d && typeof d === "object" ? d.msg || JSON.stringify(d) : String(d))).join("; ");
+    }
+  }
+  if (typeof body === "string" && body.trim()) return body.trim().slice(0, 500);
+  return `HTTP ${status}`;
+}
+
+export class Client {
+  /** @param {{onUnauthorized?: (err: ApiError) => void}} hooks */
+  constructor(hooks = {}) {
+    this.hooks = hooks;
+  }
+
+  async request(path, { method = "GET", body, signal, accept = "application/json", key } = {}) {
+    const headers = { Accept: accept, Authorization: `Bearer ${key ?? apiKey.get()}` };
+    const init = { method, headers, signal, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(new URL(path, apiBase), init);
+    if (!response.ok) {
+      const text = await response.text().catch(() => "");
+      let parsed = text;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        /* not JSON */
+      }
+      const err = new ApiError(response.status, errorMessage(response.status, parsed), parsed);
+      if (response.status === 401 && this.hooks.onUnauthorized) this.hooks.onUnauthorized(err);
+      throw err;
+    }
+    return response;
+  }
+
+  async json(path, options) {
+    const response = await this.request(path, options);
+    if (response.status === 204) return null;
+    const text = await response.text();
+    return text ? JSON.parse(text) : null;
+  }
+
+  listAgents(key) {
+    return this.json("agents", { key });
+  }
+
+  listSessions(agent) {
+    return this.json(`agents/${seg(agent)}/sessions`);
+  }
+
+  getSession(agent, sessionId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}`);
+  }
+
+  deleteSession(agent, sessionId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}`, { method: "DELETE" });
+  }
+
+  interrupt(agent, sessionId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/interrupt`, { method: "POST", body: {} });
+  }
+
+  /**
+   * POST a run (a message or approval answers) and stream its events.
+   * Returns {events: true} after an SSE stream ended, or {message} when the server answered with JSON.
+   */
+  async run(path, body, { signal, onEvent }) {
+    const response = await this.request(path, { method: "POST", body, signal, accept: "text/event-stream" });
+    const type = response.headers.get("content-type") || "";
+    if (type.includes("text/event-stream")) {
+      await readEventStream(response, (ev) => {
+        let data;
+        try {
+          data = JSON.parse(ev.data);
+        } catch {
+          return; // not an agent event (e.g. a keep-alive payload)
+        }
+        if (data && typeof data === "object") onEvent(data.type || ev.event, data, ev.id);
+      });
+      return { events: true };
+    }
+    const data = await response.json().catch(() => null);
+    return { message: data && (data.message || data) };
+  }
+
+  sendMessage(agent, sessionId, input, options) {
+    return this.run(`agents/${seg(agent)}/sessions/${seg(sessionId)}/messages`, { input, stream: true }, options);
+  }
+
+  confirm(agent, sessionId, results, options) {
+    return this.run(`agents/${seg(agent)}/sessions/${seg(sessionId)}/confirm`, { results, stream: true }, options);
+  }
+}

@@ -1,0 +1,204 @@
+"""``POST /v1/chat/completions``: in process, and with the official openai client against a real server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from server_agents import ALICE, parse_sse, served_process
+
+from agentrt.state import InMemoryStateStore
+
+URL = "/v1/chat/completions"
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+async def complete(client: httpx.AsyncClient, messages: list[Any], session: str | None = None, **extra: Any) -> Any:
+    headers = {**ALICE, **({"X-Session-Id": session} if session else {})}
+    r = await client.post(URL, json={"model": "bot", "messages": messages, **extra}, headers=headers)
+    assert r.status_code == 200, r.text
+    return r
+
+
+async def test_completion_shape_matches_the_openai_types(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("hello")], "c1")
+    completion = ChatCompletion.model_validate(r.json())
+    assert completion.object == "chat.completion"
+    assert completion.model == "bot"
+    assert completion.choices[0].message.content == "echo: hello (turn 1)"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None
+    assert r.headers["x-session-id"] == "c1"
+
+
+async def test_streaming_chunks_and_done(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("add")], "c1", stream=True, stream_options={"include_usage": True})
+    frames = parse_sse(r.text)
+    assert frames[-1]["data"] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(json.loads(f["data"])) for f in frames[:-1]]
+    assert {c.object for c in chunks} == {"chat.completion.chunk"}
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "done: add=5 [success]"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    # the same text without streaming
+    r2 = await complete(client, [user("add")], "c2")
+    assert r2.json()["choices"][0]["message"]["content"] == text
+
+
+async def test_fresh_session_is_seeded_with_the_history(client: httpx.AsyncClient, store: InMemoryStateStore) -> None:
+    messages = [{"role": "system", "content": "ignored"}, user("a"), assistant("x"), user("b")]
+    r = await complete(client, messages)
+    assert r.json()["choices"][0]["message"]["content"] == "echo: b (turn 2)"
+    session = r.headers["x-session-id"]
+    assert session.startswith("chat-")
+    state = await store.load("alice", f"bot:{session}")
+    assert state is not None
+    assert [m.text for m in state.messages] == ["a", "x", "b", "echo: b (turn 2)"]
+    # continuing it: only the last user message is new input, the stored history is the context
+    r = await complete(client, [*messages, assistant("whatever the client kept"), user("c")], session)
+    assert r.json()["choices"][0]["message"]["content"] == "echo: c (turn 3)"
+
+
+async def test_user_field_chooses_the_session(client: httpx.AsyncClient) -> None:
+    await complete(client, [user("one")], user="end-user-7")
+    r = await complete(client, [user("two")], user="end-user-7")
+    assert r.json()["choices"][0]["message"]["content"] == "echo: two (turn 2)"
+    assert r.headers["x-session-id"] == "end-user-7"
+    state = await client.get("/v1/agents/bot/sessions/end-user-7", headers=ALICE)
+    assert state.json()["message_count"] == 4
+
+
+async def test_approval_as_tool_calls_answered_by_a_tool_message(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("danger prod")], "c1")
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    [call] = choice["message"]["tool_calls"]
+    assert call["id"] == "call-danger"
+    assert json.loads(call["function"]["arguments"]) == {"target": "prod"}
+    assert "[approval needed]" in choice["message"]["content"]
+    ChatCompletion.model_validate(r.json())
+    history = [user("danger prod"), choice["message"]]
+    r = await complete(client, [*history, {"role": "tool", "tool_call_id": "call-danger", "content": "approve"}], "c1")
+    assert r.json()["choices"][0]["message"]["content"] == "done: danger=did prod [success]"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("yes", "done: danger=did prod [success]"),
+        ("Deny.", "done: danger=The user denied this tool call. [denied]"),
+        ("use staging instead", "echo: use staging instead (turn 2)"),
+    ],
+)
+async def test_approval_answered_by_a_user_message(client: httpx.AsyncClient, answer: str, expected: str) -> None:
+    await complete(client, [user("danger prod")], "c1")
+    r = await complete(client, [user(answer)], "c1")
+    content = r.json()["choices"][0]["message"]["content"]
+    if answer.startswith("use"):
+        # refused, and the text reaches the agent after the denial
+        state = (await client.get("/v1/agents/bot/sessions/c1", headers=ALICE)).json()
+        texts = [b.get("output") or b.get("text") for m in state["messages"] for b in m["content"]]
+        assert any("denied" in str(t) for t in texts)
+        assert "use staging instead" in texts
+    assert content.startswith(expected.split(" (")[0]) if answer.startswith("use") else content == expected
+
+
+async def test_external_tool_answered_by_a_tool_message(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("external weather")], "c1", stream=True)
+    frames = parse_sse(r.text)
+    chunks = [json.loads(f["data"]) for f in frames[:-1]]
+    calls = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls", [])]
+    assert [c["id"] for c in calls] == ["call-lookup"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    r = await client.post(
+        URL,
+        json={"model": "bot", "messages": [user("hi")]},
+        headers={**ALICE, "X-Session-Id": "c1"},
+    )
+    assert r.status_code == 409  # the result is owed first
+    r = await complete(client, [{"role": "tool", "tool_call_id": "call-lookup", "content": "rain"}], "c1")
+    assert r.json()["choices"][0]["message"]["content"] == "done: lookup=rain [success]"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"model": "ghost", "messages": [{"role": "user", "content": "x"}]}, 404),
+        ({"model": "bot", "messages": []}, 422),
+        ({"model": "bot"}, 422),
+        ({"model": "bot", "messages": [{"role": "wizard", "content": "x"}]}, 422),
+        ({"model": "bot", "messages": [{"role": "assistant", "content": "x"}]}, 422),
+        ({"model": "bot", "messages": [{"role": "user", "content": "x"}], "n": 2}, 422),
+    ],
+)
+async def test_bad_requests(client: httpx.AsyncClient, body: Any, status: int) -> None:
+    r = await client.post(URL, json=body, headers=ALICE)
+    assert r.status_code == status, r.text
+    assert set(r.json()["error"]) >= {"message", "type", "code"}
+
+
+async def test_sampling_fields_are_accepted(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("hi")], "c1", temperature=0.2, max_tokens=10, tools=[], seed=1)
+    assert r.json()["choices"][0]["message"]["content"] == "echo: hi (turn 1)"
+
+
+def test_official_openai_client_against_a_real_server() -> None:
+    import asyncio
+
+    import openai
+
+    with served_process() as (url, _):
+
+        async def go() -> None:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="key-alice", max_retries=0)
+            session = {"X-Session-Id": "oa-1"}
+            c = await client.chat.completions.create(
+                model="bot", messages=[{"role": "user", "content": "hello"}], extra_headers=session
+            )
+            assert c.choices[0].message.content == "echo: hello (turn 1)"
+            assert c.choices[0].finish_reason == "stop"
+            stream = await client.chat.completions.create(
+                model="bot",
+                messages=[{"role": "user", "content": "again"}],
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers=session,
+            )
+            parts = [chunk async for chunk in stream]
+            text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+            assert text == "echo: again (turn 2)"
+            assert parts[-1].usage is not None
+            paused = await client.chat.completions.create(
+                model="bot", messages=[{"role": "user", "content": "danger x"}], extra_headers=session
+            )
+            assert paused.choices[0].finish_reason == "tool_calls"
+            call = paused.choices[0].message.tool_calls[0]
+            done = await client.chat.completions.create(
+                model="bot",
+                messages=[{"role": "tool", "tool_call_id": call.id, "content": "approve"}],
+                extra_headers=session,
+            )
+            assert done.choices[0].message.content == "done: danger=did x [success]"
+            with pytest.raises(openai.NotFoundError):
+                await client.chat.completions.create(model="ghost", messages=[{"role": "user", "content": "x"}])
+            bad = openai.AsyncOpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
+            with pytest.raises(openai.AuthenticationError):
+                await bad.chat.completions.create(model="bot", messages=[{"role": "user", "content": "x"}])
+            await client.close()
+            await bad.close()
+
+        asyncio.run(go())
