@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,8 +15,9 @@ from agentrt.agent import _hitl
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
-from agentrt.errors import ModelBehaviorError
+from agentrt.errors import ContextWindowExceededError, ModelBehaviorError, UserError
 from agentrt.message import (
+    META_CONFIRM_RESULTS,
     META_GENERATE_REASON,
     META_STRUCTURED,
     GenerateReason,
@@ -32,8 +34,11 @@ from agentrt.tool._execution import ToolExecutor
 
 if TYPE_CHECKING:
     from agentrt.agent.react import ReActAgent
+    from agentrt.memory.context import Compression, ContextCompressor, Mode
 
-__all__ = ["Chains", "run_call"]
+__all__ = ["Chains", "compress_run", "run_call"]
+
+logger = logging.getLogger("agentrt.agent")
 
 NUDGE = "Your last reply was empty. Continue the task: either call one of the available tools or answer the user."
 MAX_ITERS_PROMPT = (
@@ -143,11 +148,14 @@ async def _call_core(agent: ReActAgent, run: Run) -> Msg:
     executor = run.executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
     resuming = run.state.pending is not None
     if not resuming:
+        _refuse_stray_answers(run)
         await _repair_dangling(run, executor)
         if run.input:
             run.add_messages(*run.input)
         await run.checkpoint()
     system = await _system_message(agent, run)
+    if agent._long_term_memory is not None and agent.memory_mode != "agent":
+        system = await _with_memories(agent, run, system)
     if spec is not None and spec.mode == "prompted":
         base = system.text + "\n\n" if system is not None else ""
         system = Msg.system(base + spec.prompt())
@@ -174,6 +182,29 @@ async def _call_core(agent: ReActAgent, run: Run) -> Msg:
 async def _save_on_cancel(run: Run) -> None:
     _close_dangling(run, INTERRUPTED_RESULT, "interrupted")
     await run.checkpoint()
+
+
+def _refuse_stray_answers(run: Run) -> None:
+    """Approvals or tool results sent to a session with nothing pending are a caller mistake."""
+    known: set[str] | None = None
+    for msg in run.input:
+        if msg.metadata and META_CONFIRM_RESULTS in msg.metadata:
+            raise UserError(
+                "this message answers tool approvals, but nothing is waiting for approval in this session "
+                "(it was already answered, or never asked)"
+            )
+        results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+        if results:
+            # A seeded history (tool calls followed by their results) is fine; orphan results are not.
+            if known is None:
+                known = {c.id for m in run.state.messages for c in m.tool_calls}
+            known.update(c.id for m in run.input for c in m.tool_calls)
+            orphans = [b.id for b in results if b.id not in known]
+            if orphans:
+                raise UserError(
+                    f"tool result(s) for {orphans} answer no tool call of this session, and no tool call is "
+                    "waiting for a result"
+                )
 
 
 async def _repair_dangling(run: Run, executor: ToolExecutor) -> None:
@@ -249,6 +280,30 @@ async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
     for mw in chain:
         prompt = await mw.on_system_prompt(run, prompt)
     return Msg.system(prompt) if prompt else None
+
+
+async def _with_memories(agent: ReActAgent, run: Run, system: Msg | None) -> Msg | None:
+    """The system prompt with the long-term memories relevant to this call's input (static memory mode)."""
+    memory = agent._long_term_memory
+    assert memory is not None
+    query = "\n".join(m.text for m in run.input if m.role == "user" and m.text)
+    if not query:  # a resume (approvals, external results): the request being worked on
+        query = next((m.text for m in reversed(run.state.messages) if m.role == "user" and m.text), "")
+    if not query.strip():
+        return system
+    try:
+        items = await memory.retrieve(run.user_id, query, agent.memory_top_k)
+    except Exception:
+        # Memory is an aid: a failing backend must not fail the call.
+        logger.warning("long-term memory retrieval failed for user %r", run.user_id, exc_info=True)
+        return system
+    if not items:
+        return system
+    from agentrt.memory.long_term import format_memories
+
+    block = format_memories(items)
+    base = system.text if system is not None else ""
+    return Msg.system(f"{base}\n\n{block}" if base else block)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -442,6 +497,8 @@ async def _reasoning(
     override: GenerateOptions | None,
 ) -> Msg:
     chains = _chains(agent)
+    if agent._context is not None:
+        return await _reasoning_managed(agent, agent._context, run, system, extra, executor, override, chains)
     if not chains.reasoning and not chains.model_call:
         options = run.options.merge(override)
         return await _model_call(
@@ -472,6 +529,80 @@ async def _reasoning_with_middleware(
     for mw in reversed(chains.reasoning):
         step = functools.partial(mw.on_reasoning, run, step)
     return await step()
+
+
+def _tail(run: Run, extra: list[Msg]) -> list[Msg]:
+    """What follows the history in the prompt: this step's extra messages and the task reminder."""
+    tail = list(extra)
+    if run.state.tasks:
+        reminder = task_reminder(run.state.tasks)
+        if reminder is not None:
+            tail.append(Msg.user(reminder, synthetic=True))
+    return tail
+
+
+async def _reasoning_managed(
+    agent: ReActAgent,
+    compressor: ContextCompressor,
+    run: Run,
+    system: Msg | None,
+    extra: list[Msg],
+    executor: ToolExecutor,
+    override: GenerateOptions | None,
+    chains: Chains,
+) -> Msg:
+    """A reasoning step with context management: compress before the call, recover once from an overflow."""
+
+    async def core() -> Msg:
+        options = run.options.merge(override)
+        model = agent.model
+        head = [system] if system is not None else []
+        tail = _tail(run, extra)
+        tools = _schemas(agent, executor, run)
+        handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
+        for mw in reversed(chains.model_call):
+            handler = _bind_model_mw(mw, run, handler)
+        summary_model = agent._resolve_summary_model
+        prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
+        try:
+            msg = await handler(ModelRequest(prompt, tools, options))
+        except ContextWindowExceededError:
+            # Our count was too low for this provider: force a deeper compression and retry once.
+            steps = await compressor.compress(run, head, tail, tools, model, options, summary_model, mode="overflow")
+            if not steps:
+                raise
+            if run.streaming:
+                run.event(ev.ModelRestarted, step=run.step, reason="context_window_exceeded")
+            prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
+            msg = await handler(ModelRequest(prompt, tools, options))
+        compressor.calibrate(raw, msg.usage, model)
+        return msg
+
+    if not chains.reasoning:
+        return await core()
+    step: Callable[[], Awaitable[Msg]] = core
+    for mw in reversed(chains.reasoning):
+        step = functools.partial(mw.on_reasoning, run, step)
+    return await step()
+
+
+async def compress_run(agent: ReActAgent, run: Run, mode: Mode = "manual") -> list[Compression]:
+    """Compress the context of the session `run` works on, now (for `agent.compress` and the tool)."""
+    compressor = agent._compressor()
+    system = await _system_message(agent, run)
+    head = [system] if system is not None else []
+    options = run.options if run.options is not None else agent.options
+    tools = _schemas(agent, run.executor, run)
+    return await compressor.compress(
+        run,
+        head,
+        _tail(run, []),
+        tools,
+        agent.model,
+        options,
+        agent._resolve_summary_model,
+        mode=mode,
+    )
 
 
 def _bind_model_mw(

@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from agentrt import events as ev
 from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run
 from agentrt.agent.base import AgentBase
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
-from agentrt.message import Msg
+from agentrt.message import GenerateReason, Msg, new_id
 from agentrt.middleware.base import Middleware
 from agentrt.model.base import DEFAULT_OPTIONS, ChatModel, GenerateOptions
 from agentrt.state.base import AgentStateStore
 from agentrt.tool.base import Tool
 from agentrt.tool.toolkit import Toolkit
 
-__all__ = ["ReActAgent"]
+if TYPE_CHECKING:
+    from agentrt.agent.base import AgentInput
+    from agentrt.memory.context import ContextCompressor, ContextConfig
+    from agentrt.memory.long_term import LongTermMemory, MemoryItem
+
+__all__ = ["MemoryMode", "ReActAgent"]
+
+logger = logging.getLogger("agentrt.agent")
 
 _EMPTY_TOOLKIT = Toolkit()
+MemoryMode = Literal["static", "agent", "both"]
+_PAUSED = frozenset(
+    (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION, GenerateReason.INTERRUPTED)
+)
 
 
 class ReActAgent(AgentBase):
@@ -56,16 +70,37 @@ class ReActAgent(AgentBase):
             them on or off for the session.
         enable_task_list: Give the model a ``todo_write`` task list kept in the session, with a
             reminder of open tasks before each reasoning step.
+        context: A `agentrt.memory.ContextConfig`: count the prompt before each model call and
+            compress the session's context view when it nears the window (the transcript is kept).
+            None: no counting at all.
+        long_term_memory: A `agentrt.memory.LongTermMemory` holding facts about each user across
+            sessions.
+        memory_mode: ``"static"``: the facts relevant to each call's input are put into the system
+            prompt; ``"agent"``: the model gets ``remember`` / ``recall`` tools; ``"both"``.
+        memory_top_k: Facts retrieved for the system prompt (static mode).
+        summary_model: The (cheaper) model that writes context summaries and extracts memories; the
+            agent's model when None.
+        memory_extraction: After each completed call, extract durable facts from it into long-term
+            memory with a model call, in the background (see `drain`).
     """
 
     __slots__ = (
+        "_background",
         "_chains",
+        "_context",
+        "_long_term_memory",
+        "_manual_compressor",
         "_model",
         "_model_ready",
         "_session_tools",
+        "_summary_model",
         "_system_msg",
         "conflict_policy",
+        "context_config",
         "max_iters",
+        "memory_extraction",
+        "memory_mode",
+        "memory_top_k",
         "middlewares",
         "options",
         "output_mode",
@@ -96,6 +131,12 @@ class ReActAgent(AgentBase):
         tool_calling: Literal["auto", "native", "text"] = "auto",
         enable_meta_tool: bool = False,
         enable_task_list: bool = False,
+        context: ContextConfig | None = None,
+        long_term_memory: LongTermMemory | None = None,
+        memory_mode: MemoryMode = "both",
+        memory_top_k: int = 5,
+        summary_model: ChatModel | str | None = None,
+        memory_extraction: bool = False,
     ) -> None:
         super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
         if model is None:
@@ -130,13 +171,57 @@ class ReActAgent(AgentBase):
             raise UserError(f"tool_calling must be 'auto', 'native' or 'text', not {tool_calling!r}")
         self.tool_calling = tool_calling
         self._model_ready = False
+        if summary_model is not None and not isinstance(summary_model, (ChatModel, str)):
+            raise UserError(
+                f"summary_model must be a ChatModel or a 'provider:model' string, not {type(summary_model).__name__!r}"
+            )
+        self._summary_model: ChatModel | str | None = summary_model
+        self._context: ContextCompressor | None = None
+        self._manual_compressor: ContextCompressor | None = None
+        self.context_config = context
+        if context is not None:
+            # Imported only when configured: `import agentrt` never loads the memory package.
+            from agentrt.memory.context import ContextCompressor, ContextConfig
+
+            if not isinstance(context, ContextConfig):
+                raise UserError(f"context must be an agentrt.memory.ContextConfig, not {type(context).__name__!r}")
+            self._context = ContextCompressor(context)
+        if memory_mode not in ("static", "agent", "both"):
+            raise UserError(f"memory_mode must be 'static', 'agent' or 'both', not {memory_mode!r}")
+        if long_term_memory is not None:
+            for method in ("record", "retrieve", "forget", "list"):
+                if not callable(getattr(long_term_memory, method, None)):
+                    raise UserError(
+                        f"long_term_memory must implement agentrt.memory.LongTermMemory (no {method}() on "
+                        f"{type(long_term_memory).__name__!r})"
+                    )
+        if memory_extraction and long_term_memory is None:
+            raise UserError("memory_extraction=True needs a long_term_memory to record into")
+        if not isinstance(memory_top_k, int) or memory_top_k < 1:
+            raise UserError(f"memory_top_k must be a positive integer, not {memory_top_k!r}")
+        self._long_term_memory = long_term_memory
+        self.memory_mode: MemoryMode = memory_mode
+        self.memory_top_k = memory_top_k
+        self.memory_extraction = memory_extraction
+        self._background: set[asyncio.Task[Any]] | None = None
         self._session_tools: dict[str, Tool] | None = None
+        extra: list[Tool] = []
         if enable_meta_tool or enable_task_list:
             from agentrt.agent._session_tools import meta_tool, todo_tool
 
-            extra = [meta_tool(self.toolkit)] if enable_meta_tool else []
+            if enable_meta_tool:
+                extra.append(meta_tool(self.toolkit))
             if enable_task_list:
                 extra.append(todo_tool())
+        if long_term_memory is not None and memory_mode != "static":
+            from agentrt.agent._memory_tools import recall_tool, remember_tool
+
+            extra.extend((remember_tool(long_term_memory), recall_tool(long_term_memory)))
+        if context is not None and context.expose_tool:
+            from agentrt.agent._memory_tools import compress_tool
+
+            extra.append(compress_tool())
+        if extra:
             self._session_tools = {t.name: t for t in extra}
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
@@ -168,6 +253,122 @@ class ReActAgent(AgentBase):
         self._model = model
         self._model_ready = False
 
+    @property
+    def long_term_memory(self) -> LongTermMemory | None:
+        """The agent's long-term memory, if any."""
+        return self._long_term_memory
+
+    @property
+    def summary_model(self) -> ChatModel:
+        """The model that writes context summaries and extracts memories (the agent's model by default)."""
+        return self._resolve_summary_model()
+
+    def _resolve_summary_model(self) -> ChatModel:
+        model = self._summary_model
+        if model is None:
+            return self.model
+        if isinstance(model, str):
+            from agentrt.model.registry import model_from_id
+
+            model = self._summary_model = model_from_id(model)
+        return model
+
+    def _compressor(self) -> ContextCompressor:
+        """The configured compressor, or a default one for explicit `compress` calls."""
+        if self._context is not None:
+            return self._context
+        compressor = self._manual_compressor
+        if compressor is None:
+            from agentrt.memory.context import ContextCompressor
+
+            compressor = self._manual_compressor = ContextCompressor()
+        return compressor
+
+    # -- context and memory -------------------------------------------------------------------------
+    async def compress(self, ctx: RuntimeContext) -> list[ev.ContextCompressed]:
+        """Compress the context of the session of `ctx` now, whatever its size.
+
+        Old tool results are cut in the prompt view and the rounds before the last
+        ``keep_recent_rounds`` are summarised (dropped with a digest when no summary can be made).
+        Runs under the session lock; the transcript itself is kept. Returns one event per tier
+        applied (empty when there was nothing to compress).
+        """
+        user_id, session_id = ctx.key
+        store = self.state_store
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+            run = Run(self, ctx, [], store, new_id(), None)
+            run.options = self.options
+            await run.load()
+            steps = await _loop.compress_run(self, run, "manual")
+        return [
+            ev.ContextCompressed(
+                reply_id=run.reply_id,
+                session_id=session_id,
+                source=self.name,
+                before_tokens=step.before_tokens,
+                after_tokens=step.after_tokens,
+                tier=step.tier,
+            )
+            for step in steps
+        ]
+
+    async def drain(self) -> None:
+        """Wait for the background work started by earlier calls (memory extraction) to finish."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+        """`call` for scripts without an event loop (waits for background memory extraction too)."""
+        if not self.memory_extraction:
+            return super().call_sync(input, ctx, output=output)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._call_and_drain(input, ctx, output))
+        return super().call_sync(input, ctx, output=output)  # raises the "inside a running loop" error
+
+    async def _call_and_drain(self, input: AgentInput, ctx: RuntimeContext | None, output: Any) -> Msg:
+        try:
+            return await self.call(input, ctx, output=output)
+        finally:
+            await self.drain()
+
+    def _start_extraction(self, run: Run, reply: Msg) -> None:
+        if reply.generate_reason in _PAUSED:
+            return
+        said = [m for m in run.input if m.role == "user" and m.text.strip()]
+        if not said:
+            return
+        from agentrt.agent._extraction import extract_memories
+
+        assert self._long_term_memory is not None
+        task = asyncio.get_running_loop().create_task(
+            extract_memories(self._long_term_memory, self._resolve_summary_model, run.user_id, said, reply),
+            name=f"agentrt-memory-extraction-{run.reply_id}",
+        )
+        background = self._background
+        if background is None:
+            background = self._background = set()
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    async def extract_memories(self, ctx: RuntimeContext, msgs: Sequence[Msg]) -> list[MemoryItem]:
+        """Extract durable facts from `msgs` into the long-term memory of the user of `ctx` now."""
+        if self._long_term_memory is None:
+            raise UserError("extract_memories needs an agent with a long_term_memory")
+        from agentrt.agent._extraction import extract_memories
+
+        said = [m for m in msgs if m.role == "user" and m.text.strip()]
+        replies = [m for m in msgs if m.role == "assistant" and m.text.strip()]
+        return await extract_memories(
+            self._long_term_memory,
+            self._resolve_summary_model,
+            ctx.key[0],
+            said,
+            replies[-1] if replies else None,
+            raise_errors=True,
+        )
+
     async def activate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
         """Make a tool group available in the session of `ctx`; returns the session's active groups."""
         return await self._change_groups(ctx, name, add=True)
@@ -196,4 +397,7 @@ class ReActAgent(AgentBase):
             return sorted(active)
 
     async def _execute(self, run: Run) -> Msg:
-        return await _loop.run_call(self, run)
+        reply = await _loop.run_call(self, run)
+        if self.memory_extraction:
+            self._start_extraction(run, reply)
+        return reply

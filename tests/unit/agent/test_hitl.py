@@ -427,3 +427,14 @@ async def test_interrupt_of_a_parent_stops_its_subagent() -> None:
 
 def _answer_after_results(request: ModelRequest) -> Any:
     return "unused"
+
+
+async def test_answers_sent_when_nothing_is_pending_are_refused() -> None:
+    model = ScriptedModel(["hello"])
+    agent = agent_with(model)
+    with pytest.raises(UserError, match="nothing is waiting for approval"):
+        await agent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call="x")]), CTX)
+    with pytest.raises(UserError, match="no tool call is waiting"):
+        await agent.call(Msg(role="user", content=[ToolResultBlock(id="x", name="t", output="o")]), CTX)
+    assert (await agent.get_state("u", "s")).messages == []
+    assert model.requests == []

@@ -1,0 +1,826 @@
+"""Context window management: keep the prompt inside the model's window without forgetting what matters.
+
+The full transcript stays in `AgentState.messages`; only the prompt *view* shrinks. The view is
+``<summary> + messages[summary_index:]``, with tool results older than the recent rounds cut to a
+head and a tail. Before each model call the prompt (system + view + tools) is counted with
+`agentrt.model.tokens` (CJK-aware, calibrated with provider-reported usage); over
+``trigger_ratio`` of the usable window it is compressed in tiers, re-counted after each:
+
+1. truncate old tool results (and long tool-call arguments) in the view: head + tail + a marker
+   saying what was cut;
+2. summarise the oldest rounds (tool calls with their results, and the messages around them) into
+   the running summary with a model call whose prompt keeps every number, name, identifier and
+   conclusion;
+3. keep only the system prompt, the summary and the last `keep_recent_rounds` rounds.
+
+A cut never falls between a tool call and its results, and the user's first request (and the
+latest one, when it leaves the view) is kept verbatim in the summary. The summary, the view
+pointer and the truncation pointer are persisted in the session (`summary`, `summary_index` and
+``metadata["agentrt.context"]``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from agentrt.errors import UserError
+from agentrt.events import AgentEvent, ContextCompressed
+from agentrt.message import (
+    AudioBlock,
+    ContentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    TokenUsage,
+    ToolResultBlock,
+    ToolUseBlock,
+    VideoBlock,
+)
+from agentrt.model.base import ChatModel, GenerateOptions, ToolSchema
+from agentrt.model.tokens import REPLY_PRIMER, TOOLS_OVERHEAD, TokenCounter, context_window, count_tokens
+from agentrt.state.base import AgentState
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "META_KEY",
+    "SUMMARY_PROMPT",
+    "Compression",
+    "ContextCompressor",
+    "ContextConfig",
+    "Mode",
+    "RunLike",
+    "is_round_start_safe",
+    "round_starts",
+]
+
+logger = logging.getLogger("agentrt.memory")
+
+DEFAULT_MAX_TOKENS = 32_768
+"""The window assumed for a model missing from the table (small on purpose: overflow errors also recover)."""
+META_KEY = "agentrt.context"
+"""Key in `AgentState.metadata` holding the compressor's bookkeeping."""
+_CACHE_LIMIT = 32_768
+_OMITTED_KEEP = 10
+
+SUMMARY_PROMPT = """\
+You maintain the running summary of a conversation between a user and an AI agent that uses tools. \
+The summary replaces older messages that no longer fit in the agent's context window: whatever you \
+leave out, the agent forgets.
+
+Write an updated summary that merges the previous summary with the new transcript. Rules:
+- Keep every number, amount, unit, date and time, every name, every identifier (ids, file paths, \
+URLs, commands, error codes, keys, versions) and every quoted value exactly as written.
+- Keep every conclusion, decision, result and error, and the user's requests, constraints and preferences.
+- For each tool call keep the tool, its key inputs and what it returned or why it failed.
+- Say what has been completed and what remains to be done.
+- Drop greetings, repetition and filler. Never invent anything.
+- Write in the language of the conversation, as concise plain text in short sections: \
+Task, Facts and results, Decisions, Open items."""
+
+_SUMMARY_REQUEST = """\
+Previous summary:
+{previous}
+
+New transcript to fold into the summary:
+<transcript>
+{transcript}
+</transcript>
+
+Reply with the updated summary only."""
+
+_SUMMARY_INTRO = (
+    "Earlier messages of this conversation were compressed to fit the context window; "
+    "this replaces them (the full transcript is kept in the session)."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextConfig:
+    """How an agent keeps its prompt inside the model's context window.
+
+    Args:
+        max_tokens: The model's context window; None: looked up from the model id
+            (`agentrt.model.context_window`), else `DEFAULT_MAX_TOKENS`.
+        trigger_ratio: Compress when the prompt exceeds this share of the usable window
+            (``max_tokens - reserve_output_tokens``).
+        target_ratio: How far a summary (tier 2) shrinks the prompt, as a share of the usable window;
+            below the trigger so that compression does not run again at the next step. Default:
+            ``0.75 * trigger_ratio``.
+        reserve_output_tokens: Tokens kept free for the reply; None: the options' ``max_tokens`` if
+            set, else ``min(4096, max_tokens // 8)``.
+        keep_recent_rounds: Rounds (a model reply with its tool results, and the user input before
+            it) never truncated, summarised or dropped; a new user input not answered yet is kept
+            besides them.
+        tool_result_max_chars: Old tool results (and tool-call argument strings) longer than this
+            are cut to a head and a tail in the prompt view (tier 1).
+        max_summary_calls: Most summary model calls (tier 2) per compression.
+        summary_max_tokens: ``max_tokens`` of a summary model call.
+        summary_prompt: Replaces `SUMMARY_PROMPT`, the summariser's instructions.
+        pinned_max_chars: The user's first and latest requests are kept verbatim in the summary up
+            to this length (longer ones keep a head and a tail).
+        expose_tool: Give the model a ``compress_context`` tool.
+        counter: The `TokenCounter` to count and calibrate with (one per agent when None).
+    """
+
+    max_tokens: int | None = None
+    trigger_ratio: float = 0.7
+    target_ratio: float | None = None
+    reserve_output_tokens: int | None = None
+    keep_recent_rounds: int = 3
+    tool_result_max_chars: int = 2000
+    max_summary_calls: int = 3
+    summary_max_tokens: int = 2048
+    summary_prompt: str | None = None
+    pinned_max_chars: int = 4000
+    expose_tool: bool = False
+    counter: TokenCounter | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 256):
+            raise UserError(f"ContextConfig.max_tokens must be an integer of at least 256, not {self.max_tokens!r}")
+        if not 0 < self.trigger_ratio <= 1:
+            raise UserError(f"ContextConfig.trigger_ratio must be in (0, 1], not {self.trigger_ratio!r}")
+        if self.target_ratio is not None and not 0 < self.target_ratio <= self.trigger_ratio:
+            raise UserError(
+                f"ContextConfig.target_ratio must be in (0, trigger_ratio={self.trigger_ratio}], "
+                f"not {self.target_ratio!r}"
+            )
+        if self.reserve_output_tokens is not None and self.reserve_output_tokens < 0:
+            raise UserError(f"ContextConfig.reserve_output_tokens must be >= 0, not {self.reserve_output_tokens!r}")
+        if self.keep_recent_rounds < 1:
+            raise UserError(f"ContextConfig.keep_recent_rounds must be at least 1, not {self.keep_recent_rounds!r}")
+        if self.tool_result_max_chars < 100:
+            raise UserError(
+                f"ContextConfig.tool_result_max_chars must be at least 100, not {self.tool_result_max_chars!r}"
+            )
+        if self.max_summary_calls < 0 or self.summary_max_tokens < 64 or self.pinned_max_chars < 200:
+            raise UserError("ContextConfig: max_summary_calls >= 0, summary_max_tokens >= 64, pinned_max_chars >= 200")
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    max_tokens: int
+    usable: int
+    trigger: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compression:
+    """One tier applied: the whole prompt's tokens before and after."""
+
+    tier: int
+    before_tokens: int
+    after_tokens: int
+
+
+class RunLike(Protocol):
+    """What the compressor needs of a call in progress (`agentrt.agent.Run` provides it)."""
+
+    @property
+    def state(self) -> AgentState: ...
+
+    def set_field(self, name: str, value: Any) -> None: ...
+
+    async def checkpoint(self) -> None: ...
+
+    def add_usage(self, usage: TokenUsage) -> None: ...
+
+    def event(self, kind: type[AgentEvent], **fields: Any) -> None: ...
+
+
+Mode = Literal["auto", "overflow", "manual"]
+
+
+# --------------------------------------------------------------------------------------------------
+# structure: rounds and safe cut points
+# --------------------------------------------------------------------------------------------------
+def _is_input(msg: Msg) -> bool:
+    """A message the user (or the application) wrote, as opposed to tool results."""
+    if msg.role == "system":
+        return True
+    if msg.role != "user":
+        return False
+    return not msg.content or any(type(b) is not ToolResultBlock for b in msg.content)
+
+
+def _is_request(msg: Msg) -> bool:
+    """A user message the user wrote (not tool results, not a runtime nudge)."""
+    return msg.role == "user" and _is_input(msg) and not msg.metadata.get("synthetic")
+
+
+def round_starts(messages: Sequence[Msg], start: int = 0) -> list[int]:
+    """Indices (from `start`) where a round begins and the prompt view may begin.
+
+    A round is a model reply with the tool results answering it, plus the user input just before
+    it. An index qualifies only when no tool call before it is answered at or after it, so a cut
+    there never separates a call from its result.
+    """
+    answered: set[str] = set()
+    for msg in messages[start:]:
+        if msg.role == "user":
+            for b in msg.content:
+                if type(b) is ToolResultBlock:
+                    answered.add(b.id)
+    open_calls: set[str] = set()
+    out: list[int] = []
+    previous_input = False
+    for i in range(start, len(messages)):
+        msg = messages[i]
+        is_input = _is_input(msg)
+        if not open_calls and not previous_input and (is_input or msg.role == "assistant"):
+            out.append(i)
+        if msg.role == "assistant":
+            for b in msg.content:
+                if type(b) is ToolUseBlock and b.id in answered:
+                    open_calls.add(b.id)
+        else:
+            for b in msg.content:
+                if type(b) is ToolResultBlock:
+                    open_calls.discard(b.id)
+        previous_input = is_input
+    return out
+
+
+def is_round_start_safe(messages: Sequence[Msg], index: int) -> bool:
+    """Whether a view starting at `index` keeps every tool call with its results (for tests and checks)."""
+    before = {b.id for m in messages[:index] if m.role == "assistant" for b in m.content if type(b) is ToolUseBlock}
+    after = {b.id for m in messages[index:] for b in m.content if type(b) is ToolResultBlock}
+    return not (before & after)
+
+
+# --------------------------------------------------------------------------------------------------
+# truncation (tier 1)
+# --------------------------------------------------------------------------------------------------
+def _cut_text(text: str, limit: int, what: str) -> str:
+    total = len(text)
+    head = (limit * 2) // 3
+    tail = limit - head
+    cut = total - head - tail
+    lines = text.count("\n", head, total - tail)
+    marker = (
+        f"\n[... {cut:,} of {total:,} characters"
+        + (f" ({lines:,} lines)" if lines else "")
+        + f" cut from the middle of {what} to save context; the full text is kept in the session ...]\n"
+    )
+    return text[:head] + marker + text[total - tail :]
+
+
+def _cut_value(value: Any, limit: int) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        if len(value) > limit:
+            return _cut_text(value, limit, "this argument"), True
+        return value, False
+    if isinstance(value, Mapping):
+        changed = False
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[key], hit = _cut_value(item, limit)
+            changed = changed or hit
+        return (out, True) if changed else (value, False)
+    if isinstance(value, (list, tuple)):
+        items = [_cut_value(item, limit) for item in value]
+        if any(hit for _, hit in items):
+            return [item for item, _ in items], True
+        return value, False
+    return value, False
+
+
+def _result_text(block: ToolResultBlock) -> tuple[str, int]:
+    """The text of a result and how many media blocks it holds."""
+    if isinstance(block.output, str):
+        return block.output, 0
+    texts: list[str] = []
+    media = 0
+    for item in block.output:
+        if isinstance(item, TextBlock):
+            texts.append(item.text)
+        elif isinstance(item, (ImageBlock, AudioBlock, VideoBlock)):
+            media += 1
+    return "\n".join(texts), media
+
+
+def truncate_message(msg: Msg, limit: int) -> Msg | None:
+    """`msg` with long tool results and tool-call argument strings cut (same id), or None if nothing is long."""
+    blocks: list[ContentBlock] = []
+    changed = False
+    for block in msg.content:
+        kind = type(block)
+        if kind is ToolResultBlock:
+            result: ToolResultBlock = block  # type: ignore[assignment]
+            text, media = _result_text(result)
+            if len(text) > limit or media:
+                output = _cut_text(text, limit, f"this {result.name} result") if len(text) > limit else text
+                if media:
+                    output += f"\n[{media} attachment(s) of this result omitted to save context]"
+                blocks.append(
+                    ToolResultBlock(
+                        id=result.id, name=result.name, output=output, state=result.state, metadata=result.metadata
+                    )
+                )
+                changed = True
+                continue
+        elif kind is ToolUseBlock:
+            call: ToolUseBlock = block  # type: ignore[assignment]
+            new_input, hit = _cut_value(call.input, limit)
+            if hit:
+                blocks.append(ToolUseBlock(id=call.id, name=call.name, input=new_input, metadata=call.metadata))
+                changed = True
+                continue
+        blocks.append(block)
+    return msg.replace(content=blocks) if changed else None
+
+
+# --------------------------------------------------------------------------------------------------
+# the summariser's input (tier 2)
+# --------------------------------------------------------------------------------------------------
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else _cut_text(text, limit, "this text")
+
+
+def render_transcript(messages: Sequence[Msg], result_chars: int) -> str:
+    """Messages as plain text for the summariser (tool calls and results labelled, long ones clipped)."""
+    lines: list[str] = []
+    for msg in messages:
+        who = msg.role if not msg.name else f"{msg.role} {msg.name}"
+        for block in msg.content:
+            if isinstance(block, TextBlock):
+                if block.text.strip():
+                    lines.append(f"[{who}] {_clip(block.text, result_chars)}")
+            elif isinstance(block, ToolUseBlock):
+                args = json.dumps(dict(block.input), ensure_ascii=False, default=str)
+                lines.append(f"[{who} called tool {block.name} (call {block.id})] {_clip(args, result_chars)}")
+            elif isinstance(block, ToolResultBlock):
+                text, media = _result_text(block)
+                note = f" (+{media} attachment(s))" if media else ""
+                lines.append(
+                    f"[result of {block.name} (call {block.id}, {block.state}){note}] {_clip(text, result_chars)}"
+                )
+            elif isinstance(block, ThinkingBlock):
+                continue  # the reasoning behind a step; its outcome is in the text and tool calls
+            else:
+                lines.append(f"[{who} sent {type(block).__name__.removesuffix('Block').lower()}]")
+    return "\n".join(lines)
+
+
+def _pin_text(msg: Msg, limit: int) -> str:
+    text = msg.text or render_transcript([msg], limit)
+    return _clip(text, limit)
+
+
+def render_summary(meta: Mapping[str, Any]) -> str | None:
+    """The summary text shown in the prompt, from the compressor's bookkeeping."""
+    parts: list[str] = []
+    pins = meta.get("pins") or {}
+    first, latest = pins.get("first"), pins.get("latest")
+    if first:
+        parts.append(f"The user's first request in this conversation (verbatim):\n{first}")
+    if latest and latest != first:
+        parts.append(f"The user's most recent request before the messages below (verbatim):\n{latest}")
+    body = meta.get("body")
+    if body:
+        parts.append(f"Summary of the earlier conversation:\n{body}")
+    omitted = meta.get("omitted") or ()
+    if omitted:
+        parts.append("Dropped from view without a summary:\n" + "\n".join(f"- {line}" for line in omitted))
+    if not parts:
+        return None
+    return _SUMMARY_INTRO + "\n\n" + "\n\n".join(parts)
+
+
+def _digest(messages: Sequence[Msg]) -> str:
+    """One line describing messages dropped without a summary (tier 3)."""
+    users = assistants = 0
+    tools: dict[str, int] = {}
+    requests: list[str] = []
+    for msg in messages:
+        if msg.role == "assistant":
+            assistants += 1
+            for call in msg.tool_calls:
+                tools[call.name] = tools.get(call.name, 0) + 1
+        elif _is_input(msg):
+            users += 1
+            if msg.text.strip() and len(requests) < 3:
+                requests.append(_clip(" ".join(msg.text.split()), 160))
+    parts = [f"{len(messages)} message(s): {users} from the user, {assistants} from the assistant"]
+    if tools:
+        parts.append("tool calls " + ", ".join(f"{name} x{n}" for name, n in sorted(tools.items())))
+    if requests:
+        parts.append("user said: " + " | ".join(repr(r) for r in requests))
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# the compressor
+# --------------------------------------------------------------------------------------------------
+def _model_key(model: ChatModel | str | None) -> str:
+    if model is None:
+        return ""
+    return model if isinstance(model, str) else model.model_name
+
+
+class ContextCompressor:
+    """Builds the prompt view of a session and compresses it when it outgrows the window.
+
+    One per agent (stateless across sessions apart from caches keyed by message id): everything
+    about a session lives in its `AgentState`.
+    """
+
+    __slots__ = ("_counts", "_limits", "_summaries", "_tool_counts", "_truncated", "config", "counter")
+
+    def __init__(self, config: ContextConfig | None = None) -> None:
+        self.config = config if config is not None else ContextConfig()
+        self.counter = self.config.counter if self.config.counter is not None else TokenCounter()
+        self._counts: dict[tuple[str, int, str], int] = {}
+        self._tool_counts: dict[tuple[int, str], tuple[ToolSchema, int]] = {}
+        self._truncated: dict[tuple[str, int], Msg | None] = {}
+        self._summaries: dict[str, Msg] = {}
+        self._limits: dict[tuple[str, int | None], _Limits] = {}
+
+    # -- limits -----------------------------------------------------------------------------------------
+    def limits(self, model: ChatModel | str | None, options: GenerateOptions | None = None) -> _Limits:
+        """Window, usable tokens, trigger and target for `model`."""
+        key = (_model_key(model), options.max_tokens if options is not None else None)
+        cached = self._limits.get(key)
+        if cached is not None:
+            return cached
+        if len(self._limits) >= 256:
+            self._limits.clear()
+        limits = self._limits[key] = self._compute_limits(model, options)
+        return limits
+
+    def _compute_limits(self, model: ChatModel | str | None, options: GenerateOptions | None) -> _Limits:
+        cfg = self.config
+        window = cfg.max_tokens or context_window(model) or DEFAULT_MAX_TOKENS
+        reserve = cfg.reserve_output_tokens
+        if reserve is None:
+            reserve = options.max_tokens if options is not None and options.max_tokens else min(4096, window // 8)
+        reserve = min(reserve, window // 2)
+        usable = max(1, window - reserve)
+        target_ratio = cfg.target_ratio if cfg.target_ratio is not None else cfg.trigger_ratio * 0.75
+        return _Limits(window, usable, int(usable * cfg.trigger_ratio), int(usable * target_ratio))
+
+    # -- the view ---------------------------------------------------------------------------------------
+    def _summary_msg(self, text: str) -> Msg:
+        msg = self._summaries.get(text)
+        if msg is None:
+            if len(self._summaries) >= 1024:
+                self._summaries.clear()
+            msg = self._summaries[text] = Msg.user(f"<summary>\n{text}\n</summary>")
+        return msg
+
+    def _view_entries(self, state: AgentState) -> list[tuple[Msg, int]]:
+        """The view as (message, tag) pairs: tag is the truncation limit for cut copies, else 0."""
+        messages = state.messages
+        start = min(state.summary_index, len(messages))
+        meta = state.metadata.get(META_KEY) if state.metadata else None
+        trunc = min(int(meta.get("truncate_before", 0)), len(messages)) if isinstance(meta, Mapping) else 0
+        out: list[tuple[Msg, int]] = []
+        if state.summary and start:
+            out.append((self._summary_msg(state.summary), 0))
+        if trunc > start:
+            limit = self.config.tool_result_max_chars
+            cache = self._truncated
+            for msg in messages[start:trunc]:
+                key = (msg.id, limit)
+                if key in cache:
+                    cut = cache[key]
+                else:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cut = cache[key] = truncate_message(msg, limit)
+                out.append((msg, 0) if cut is None else (cut, limit))
+            out.extend((msg, 0) for msg in messages[trunc:])
+        else:
+            out.extend((msg, 0) for msg in messages[start:])
+        return out
+
+    def view(self, state: AgentState) -> list[Msg]:
+        """The messages the model sees in place of the whole transcript."""
+        return [msg for msg, _ in self._view_entries(state)]
+
+    # -- counting ---------------------------------------------------------------------------------------
+    def _message_tokens(self, msg: Msg, tag: int, model: ChatModel | str | None) -> int:
+        # Keyed by message id (messages are immutable) and model (tokenizers differ).
+        key = (msg.id, tag, _model_key(model))
+        n = self._counts.get(key)
+        if n is None:
+            if len(self._counts) >= _CACHE_LIMIT:
+                self._counts.clear()
+            n = self._counts[key] = count_tokens([msg], model) - REPLY_PRIMER
+        return n
+
+    def _tools_tokens(self, tools: Sequence[ToolSchema], model: ChatModel | str | None) -> int:
+        if not tools:
+            return 0
+        total = TOOLS_OVERHEAD
+        cache = self._tool_counts
+        name = _model_key(model)
+        for schema in tools:
+            key = (id(schema), name)
+            hit = cache.get(key)
+            if hit is None or hit[0] is not schema:
+                if len(cache) >= 4096:
+                    cache.clear()
+                hit = cache[key] = (
+                    schema,
+                    count_tokens((), model, tools=[schema]) - REPLY_PRIMER - TOOLS_OVERHEAD,
+                )
+            total += hit[1]
+        return total
+
+    def raw_count(
+        self,
+        head: Sequence[Msg],
+        entries: Sequence[tuple[Msg, int]],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel | str | None,
+    ) -> int:
+        """`count_tokens` of ``head + view + tail`` with `tools` (uncalibrated), memoised per message."""
+        total = REPLY_PRIMER + self._tools_tokens(tools, model)
+        for msg in head:
+            total += self._message_tokens(msg, 0, model)
+        for msg, tag in entries:
+            total += self._message_tokens(msg, tag, model)
+        for msg in tail:
+            total += count_tokens([msg], model) - REPLY_PRIMER
+        return total
+
+    def count_prompt(
+        self,
+        state: AgentState,
+        head: Sequence[Msg],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel | str | None,
+    ) -> int:
+        """The calibrated token count of the prompt the session would send now."""
+        return self.counter.adjust(self.raw_count(head, self._view_entries(state), tail, tools, model), model)
+
+    def calibrate(self, raw: int, usage: TokenUsage | None, model: ChatModel | str | None) -> None:
+        """Learn from the input tokens a provider reported for a prompt we counted as `raw`."""
+        if usage is not None and usage.input_tokens > 0 and raw > 0:
+            self.counter.calibrate(raw, usage.input_tokens, model)
+
+    # -- before each model call ---------------------------------------------------------------------------
+    async def prepare(
+        self,
+        run: RunLike,
+        head: list[Msg],
+        tail: list[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel,
+        options: GenerateOptions | None,
+        summary_model: Callable[[], ChatModel],
+    ) -> tuple[list[Msg], int]:
+        """The prompt to send (compressed first if it is over the trigger) and its uncalibrated count."""
+        state = run.state
+        entries = self._view_entries(state)
+        raw = self.raw_count(head, entries, tail, tools, model)
+        limits = self.limits(model, options)
+        tokens = self.counter.adjust(raw, model)
+        if tokens > limits.trigger:
+            steps = await self.compress(run, head, tail, tools, model, options, summary_model, mode="auto")
+            if steps:
+                entries = self._view_entries(state)
+                raw = self.raw_count(head, entries, tail, tools, model)
+        return [*head, *(msg for msg, _ in entries), *tail], raw
+
+    # -- compression ----------------------------------------------------------------------------------------
+    async def compress(
+        self,
+        run: RunLike,
+        head: Sequence[Msg],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel,
+        options: GenerateOptions | None,
+        summary_model: Callable[[], ChatModel],
+        *,
+        mode: Mode = "auto",
+    ) -> list[Compression]:
+        """Compress the session's view in tiers; returns the tiers applied (events are emitted on `run`).
+
+        ``auto``: until the prompt is under the trigger. ``overflow`` (the provider rejected the
+        prompt): until it is well under both the target and what was rejected, down to one round
+        and every tool result cut if need be. ``manual``: as far as tiers 1 and 2 go (tier 3 only
+        when no summary can be made), whatever the size.
+        """
+        cfg = self.config
+        state = run.state
+        limits = self.limits(model, options)
+
+        def measure() -> int:
+            return self.count_prompt(state, head, tail, tools, model)
+
+        current = measure()
+        if mode == "auto":
+            goal, sizing = limits.trigger, limits.target
+        elif mode == "overflow":
+            goal = sizing = min(limits.target, int(current * 0.6))
+        else:
+            goal = sizing = 0
+        meta: dict[str, Any] = dict(state.metadata.get(META_KEY) or {}) if state.metadata else {}
+        steps: list[Compression] = []
+        sizes = [current]
+
+        def snapshot() -> tuple[Any, ...]:
+            return (state.summary, state.summary_index, state.metadata, copy.deepcopy(meta))
+
+        def settle(tier: int, before: tuple[Any, ...]) -> bool:
+            """Keep a tier that shrank the prompt (recording it); undo one that did not."""
+            after = measure()
+            if after < sizes[-1]:
+                steps.append(Compression(tier=tier, before_tokens=sizes[-1], after_tokens=after))
+                sizes.append(after)
+                return True
+            summary, index, metadata, old_meta = before
+            if state.summary != summary:
+                run.set_field("summary", summary)
+            if state.summary_index != index:
+                run.set_field("summary_index", index)
+            if state.metadata is not metadata:
+                run.set_field("metadata", metadata)
+            meta.clear()
+            meta.update(old_meta)
+            return False
+
+        # tier 1: cut old tool results in the view
+        if sizes[-1] > goal:
+            before = snapshot()
+            if self._tier1(run, meta, cfg.keep_recent_rounds):
+                settle(1, before)
+        # tier 2: summarise the oldest rounds
+        summarised = False
+        calls = 0
+        while sizes[-1] > goal and calls < cfg.max_summary_calls:
+            span = self._pick_span(state, sizes[-1] - sizing, model, summary_model)
+            if span is None:
+                break
+            calls += 1
+            before = snapshot()
+            if not await self._tier2(run, meta, span, summary_model) or not settle(2, before):
+                break
+            summarised = True
+        # tier 3: keep the summary and the last rounds only
+        if sizes[-1] > goal and (mode != "manual" or not summarised):
+            before = snapshot()
+            if self._tier3(run, meta, cfg.keep_recent_rounds):
+                settle(3, before)
+        if sizes[-1] > goal and mode != "manual":
+            # Still too big: the recent rounds themselves are. Cut every tool result and keep one round.
+            before = snapshot()
+            changed = self._tier1(run, meta, 0)
+            changed = self._tier3(run, meta, 1) or changed
+            if changed:
+                settle(3, before)
+            if sizes[-1] > goal:
+                logger.warning(
+                    "context of session %r still holds %d tokens after compression (goal %d); the recent "
+                    "messages alone exceed it",
+                    state.session_id,
+                    sizes[-1],
+                    goal,
+                )
+        if steps:
+            meta["compressions"] = int(meta.get("compressions", 0)) + 1
+            run.set_field("metadata", {**(state.metadata or {}), META_KEY: meta})
+            await run.checkpoint()
+            for step in steps:
+                run.event(
+                    ContextCompressed, before_tokens=step.before_tokens, after_tokens=step.after_tokens, tier=step.tier
+                )
+        return steps
+
+    def _protected_start(self, state: AgentState, keep: int) -> int:
+        """Where the last `keep` rounds begin (the view start when there are fewer).
+
+        The newest user input, not answered yet, is always kept on top and does not count as a round.
+        """
+        messages = state.messages
+        start = min(state.summary_index, len(messages))
+        if keep <= 0:
+            return len(messages)
+        starts = round_starts(messages, start)
+        if starts and not any(m.role == "assistant" for m in messages[starts[-1] :]):
+            keep += 1
+        return starts[-keep] if len(starts) >= keep else start
+
+    def _tier1(self, run: RunLike, meta: dict[str, Any], keep: int) -> bool:
+        state = run.state
+        limit = self.config.tool_result_max_chars
+        new = self._protected_start(state, keep)
+        old = max(int(meta.get("truncate_before", 0)), min(state.summary_index, len(state.messages)))
+        if new <= old:
+            return False
+        if not any(truncate_message(msg, limit) is not None for msg in state.messages[old:new]):
+            return False
+        meta["truncate_before"] = new
+        run.set_field("metadata", {**(state.metadata or {}), META_KEY: dict(meta)})
+        return True
+
+    def _pick_span(
+        self, state: AgentState, need: int, model: ChatModel, summary_model: Callable[[], ChatModel]
+    ) -> tuple[int, int] | None:
+        """The oldest rounds ``[start, cut)`` whose removal frees about `need` tokens, in the summariser's budget."""
+        start = min(state.summary_index, len(state.messages))
+        protected = self._protected_start(state, self.config.keep_recent_rounds)
+        candidates = [c for c in round_starts(state.messages, start) if start < c <= protected]
+        if not candidates:
+            return None
+        try:
+            sm = summary_model()
+        except Exception:  # a summary model id that cannot be resolved: tier 2 is unavailable
+            logger.exception("cannot resolve the summary model")
+            return None
+        budget = max(1000, min(self.limits(model).usable, self.limits(sm).usable) // 2)
+        need += self.config.summary_max_tokens // 2  # the new summary takes some of the room back
+        limit = self.config.tool_result_max_chars
+        trunc = 0
+        meta = state.metadata.get(META_KEY) if state.metadata else None
+        if isinstance(meta, Mapping):
+            trunc = int(meta.get("truncate_before", 0))
+        freed = 0
+        chosen: int | None = None
+        position = start
+        for cut in candidates:
+            for i in range(position, cut):
+                msg = state.messages[i]
+                tag = 0
+                if i < trunc:
+                    cut_msg = self._truncated.get((msg.id, limit))
+                    if cut_msg is not None:
+                        msg, tag = cut_msg, limit
+                freed += self._message_tokens(msg, tag, model)
+            position = cut
+            if chosen is not None and freed > budget:
+                break
+            chosen = cut
+            if freed >= need:
+                break
+        return None if chosen is None else (start, chosen)
+
+    async def _tier2(
+        self, run: RunLike, meta: dict[str, Any], span: tuple[int, int], summary_model: Callable[[], ChatModel]
+    ) -> bool:
+        state = run.state
+        start, cut = span
+        messages = state.messages[start:cut]
+        transcript = render_transcript(messages, 4 * self.config.tool_result_max_chars)
+        request = [
+            Msg.system(self.config.summary_prompt or SUMMARY_PROMPT),
+            Msg.user(_SUMMARY_REQUEST.format(previous=meta.get("body") or "(none yet)", transcript=transcript)),
+        ]
+        try:
+            model = summary_model()
+            reply = await model.generate(request, (), GenerateOptions(max_tokens=self.config.summary_max_tokens))
+        except Exception:
+            logger.warning("summary model call failed; compressing without a new summary", exc_info=True)
+            return False
+        if reply.usage is not None:
+            run.add_usage(reply.usage)
+        body = reply.text.strip()
+        if not body:
+            logger.warning("the summary model returned an empty summary; compressing without it")
+            return False
+        meta["body"] = body
+        self._move_start(run, meta, start, cut)
+        return True
+
+    def _tier3(self, run: RunLike, meta: dict[str, Any], keep: int) -> bool:
+        state = run.state
+        start = min(state.summary_index, len(state.messages))
+        cut = self._protected_start(state, keep)
+        if cut <= start:
+            return False
+        omitted = [*(meta.get("omitted") or ()), _digest(state.messages[start:cut])]
+        meta["omitted"] = omitted[-_OMITTED_KEEP:]
+        self._move_start(run, meta, start, cut)
+        return True
+
+    def _move_start(self, run: RunLike, meta: dict[str, Any], start: int, cut: int) -> None:
+        """Hide ``messages[start:cut]`` behind the summary, pinning the user's requests that leave the view."""
+        state = run.state
+        messages = state.messages
+        first = next((i for i, m in enumerate(messages) if _is_request(m)), None)
+        latest = next((i for i in range(len(messages) - 1, -1, -1) if _is_request(messages[i])), None)
+        pins = dict(meta.get("pins") or {})
+        limit = self.config.pinned_max_chars
+        if first is not None and start <= first < cut and "first" not in pins:
+            pins["first"] = _pin_text(messages[first], limit)
+        if latest is not None and start <= latest < cut and latest != first:
+            pins["latest"] = _pin_text(messages[latest], limit)
+        meta["pins"] = pins
+        run.set_field("summary_index", cut)
+        run.set_field("summary", render_summary(meta))
+        run.set_field("metadata", {**(state.metadata or {}), META_KEY: dict(meta)})
