@@ -11,9 +11,7 @@ Everything here runs once per request or once per streamed chunk, so it avoids g
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Mapping, Sequence
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from agentrt import _json
@@ -38,6 +36,7 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import META_RAW_ARGUMENTS
 from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = [
     "ChatCompletionsFormat",
@@ -531,30 +530,6 @@ def parse_completion(obj: Mapping[str, Any]) -> ChatResponse:
 # --------------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------------
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def _error_details(body: Any) -> tuple[str, str | None]:
     """The provider's message and error code from an error body (OpenAI, vLLM, Ollama and FastAPI shapes)."""
     if isinstance(body, Mapping):

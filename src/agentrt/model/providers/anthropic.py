@@ -11,11 +11,8 @@ faster than its default httpx transport for streamed replies (see docs/providers
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import importlib
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, cast
 
 try:
@@ -50,6 +47,8 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._loop_clients import LoopClients
+from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = ["AnthropicChatModel", "format_messages"]
 
@@ -178,7 +177,7 @@ class AnthropicChatModel(ChatModel):
         self._client_options = client_options
         self._given_client = client
         # One SDK client per event loop: its connection pool is bound to the loop that opened it.
-        self._clients: dict[asyncio.AbstractEventLoop, tuple[anthropic.AsyncAnthropic, AsyncGenerator[None, None]]] = {}
+        self._clients: LoopClients[anthropic.AsyncAnthropic] = LoopClients(self._open_client, _close_client)
         self._tools_key: tuple[ToolSchema, ...] = ()
         self._tools_wire: list[dict[str, Any]] = []
 
@@ -197,32 +196,17 @@ class AnthropicChatModel(ChatModel):
                 pass
         return anthropic.AsyncAnthropic(**kwargs)
 
+    async def _open_client(self) -> anthropic.AsyncAnthropic:
+        return self._new_client()
+
     async def _client(self) -> anthropic.AsyncAnthropic:
         if self._given_client is not None:
             return self._given_client
-        loop = asyncio.get_running_loop()
-        entry = self._clients.get(loop)
-        if entry is not None:
-            return entry[0]
-        for stale in [lp for lp in self._clients if lp.is_closed()]:
-            del self._clients[stale]
-        client = self._new_client()
-        guard = _close_at_loop_shutdown(client)
-        await guard.__anext__()
-        self._clients[loop] = (client, guard)
-        return client
+        return await self._clients.get()
 
     async def aclose(self) -> None:
         """Close the SDK client this model opened on the running loop (a given client is left open)."""
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        for lp in list(self._clients):
-            if lp is loop or lp.is_closed():
-                _client, guard = self._clients.pop(lp)
-                if lp is loop:
-                    await guard.aclose()
+        await self._clients.aclose()
 
     # -- request ---------------------------------------------------------------------------
     def build_request(
@@ -411,13 +395,8 @@ class AnthropicChatModel(ChatModel):
         return f"AnthropicChatModel({self.model_name!r})"
 
 
-async def _close_at_loop_shutdown(client: anthropic.AsyncAnthropic) -> AsyncGenerator[None, None]:
-    # Started once and left suspended: `aclose()` or the loop's `shutdown_asyncgens()` (run by
-    # asyncio.run) resumes it, closing the client on the loop its connections belong to.
-    try:
-        yield
-    finally:
-        await client.close()
+async def _close_client(client: anthropic.AsyncAnthropic) -> None:
+    await client.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -603,29 +582,6 @@ def _tool_choice(choice: str | Mapping[str, Any] | None, parallel: bool | None) 
 # --------------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------------
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def _map_error(exc: BaseException, model: str) -> ModelError:
     """The agentrt error for an SDK or transport exception."""
     if isinstance(exc, _STREAM_TIMEOUTS):
@@ -656,7 +612,7 @@ def _map_error(exc: BaseException, model: str) -> ModelError:
         else:
             headers = exc.response.headers
         text = f"Anthropic API error {status}" + (f" ({err_type})" if err_type else "") + f" from {model!r}: {message}"
-        retry_after = _retry_after(headers)
+        retry_after = parse_retry_after(headers)
         cls: type[ModelAPIError] = ModelAPIError
         if status == 429 or err_type == "rate_limit_error":
             cls = RateLimitError

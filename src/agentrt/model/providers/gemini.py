@@ -14,15 +14,12 @@ part. All are sent back exactly as received.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import email.utils
 import importlib
 import mimetypes
 import re
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 try:
@@ -64,6 +61,8 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._loop_clients import LoopClients
+from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = ["GeminiChatModel", "format_contents"]
 
@@ -196,7 +195,7 @@ class GeminiChatModel(ChatModel):
         self._client_options = client_options
         self._given_client = client
         # One SDK client per event loop, closed with the loop (its aiohttp session is bound to it).
-        self._clients: dict[asyncio.AbstractEventLoop, tuple[genai.Client, AsyncGenerator[None, None]]] = {}
+        self._clients: LoopClients[tuple[genai.Client, Any]] = LoopClients(self._new_client, _close_client)
         self._tools_key: tuple[ToolSchema, ...] = ()
         self._tools_wire: list[types.Tool] = []
 
@@ -241,29 +240,12 @@ class GeminiChatModel(ChatModel):
     async def _client(self) -> genai.Client:
         if self._given_client is not None:
             return self._given_client
-        loop = asyncio.get_running_loop()
-        entry = self._clients.get(loop)
-        if entry is not None:
-            return entry[0]
-        for stale in [lp for lp in self._clients if lp.is_closed()]:
-            del self._clients[stale]
-        client, session = await self._new_client()
-        guard = _close_at_loop_shutdown(client, session)
-        await guard.__anext__()
-        self._clients[loop] = (client, guard)
+        client, _session = await self._clients.get()
         return client
 
     async def aclose(self) -> None:
         """Close the SDK client this model opened on the running loop (a given client is left open)."""
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        for lp in list(self._clients):
-            if lp is loop or lp.is_closed():
-                _client, guard = self._clients.pop(lp)
-                if lp is loop:
-                    await guard.aclose()
+        await self._clients.aclose()
 
     # -- request ---------------------------------------------------------------------------
     def build_request(
@@ -389,23 +371,19 @@ class GeminiChatModel(ChatModel):
         return f"GeminiChatModel({self.model_name!r})"
 
 
-async def _close_at_loop_shutdown(client: genai.Client, session: Any) -> AsyncGenerator[None, None]:
-    # Started once and left suspended: `aclose()` or the loop's `shutdown_asyncgens()` (run by
-    # asyncio.run) resumes it, closing the client's sessions on the loop they belong to.
+async def _close_client(entry: tuple[genai.Client, Any]) -> None:
+    client, session = entry
     try:
-        yield
+        # getattr: SDK versions before ~1.40 have no close methods (the GC releases their pools).
+        aclose = getattr(client.aio, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
     finally:
-        try:
-            # getattr: SDK versions before ~1.40 have no close methods (the GC releases their pools).
-            aclose = getattr(client.aio, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            close = getattr(client, "close", None)
-            if close is not None:
-                close()
-        finally:
-            if session is not None:
-                await session.close()
+        if session is not None:
+            await session.close()
 
 
 def _sdk_would_use_aiohttp(options: types.HttpOptions) -> bool:
@@ -696,13 +674,9 @@ def _retry_after(exc: genai_errors.APIError) -> float | None:
     response = getattr(exc, "response", None)
     value = _header(getattr(response, "headers", None), "retry-after")
     if value:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            try:
-                return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-            except (TypeError, ValueError):
-                pass
+        delay = parse_retry_after({"retry-after": value})
+        if delay is not None:
+            return delay
     # Google APIs put the delay in a google.rpc.RetryInfo detail ("retryDelay": "37s").
     details = exc.details
     error = details.get("error", details) if isinstance(details, Mapping) else None
