@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
+from agentrt._sync import run_sync, stream_from
 from agentrt.agent._run import Run, current_run
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
@@ -94,38 +95,19 @@ class AgentBase(abc.ABC):
         Closing the iterator early (or cancelling its consumer) stops the run, and its state is
         checkpointed first.
         """
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        run = self._new_run(input, ctx, queue.put_nowait, output)
+        run = self._new_run(input, ctx, None, output)
 
-        async def produce() -> None:
-            try:
-                await self._drive(run)
-            finally:
-                queue.put_nowait(_END)
+        async def produce(emit: Any) -> None:
+            run.emit_fn = emit
+            await self._drive(run)
 
-        task = asyncio.get_running_loop().create_task(produce())
-        try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    break
-                yield item
-            await task  # re-raise the run's exception, if any
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        async with contextlib.aclosing(stream_from(produce)) as events:
+            async for event in events:
+                yield event
 
     def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
         """`call` for scripts without an event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.call(input, ctx, output=output))
-        raise UserError(
-            f"{type(self).__name__}.call_sync() cannot run inside a running event loop; use `await agent.call(...)`"
-        )
+        return run_sync(lambda: self.call(input, ctx, output=output), "agent")
 
     async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
         """Add messages to the session's history without replying."""

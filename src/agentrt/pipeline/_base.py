@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from agentrt import events as ev
+from agentrt._sync import run_sync, stream_from
 from agentrt.agent._run import current_run
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
@@ -354,37 +355,17 @@ class Composite(abc.ABC, Generic[R]):
         """
         ctx = _check_ctx(ctx)
         messages = to_input(input, f"{self.name} input")
-        queue: asyncio.Queue[Any] = asyncio.Queue()
 
-        async def produce() -> None:
-            try:
-                await self._execute(messages, ctx, queue.put_nowait, output)
-            finally:
-                queue.put_nowait(_END)
+        async def produce(emit: Any) -> None:
+            await self._execute(messages, ctx, emit, output)
 
-        task = asyncio.get_running_loop().create_task(produce())
-        try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    break
-                yield item
-            await task  # re-raise the run's exception, if any
-        finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        async with contextlib.aclosing(stream_from(produce)) as events:
+            async for event in events:
+                yield event
 
     def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> R:
         """`call` for scripts without an event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.call(input, ctx, output=output))
-        raise UserError(
-            f"{type(self).__name__}.call_sync() cannot run inside a running event loop; use `await pipeline.call(...)`"
-        )
+        return run_sync(lambda: self.call(input, ctx, output=output), "pipeline")
 
     async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
         """Add messages to the history of every member (each in its own session) without replying."""
