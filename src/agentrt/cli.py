@@ -8,6 +8,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   live tool calls, inline approvals, Ctrl-C interrupts a reply).
 - ``agentrt sessions list|show|export|delete --store URL --user ID``: inspect stored sessions.
 - ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE]``: serve agents over HTTP.
+- ``agentrt mcp serve MODULE:ATTR`` / ``agentrt mcp tools ...``: expose a toolkit or agent over MCP;
+  list an MCP server's tools.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -110,6 +112,9 @@ def build_app() -> "typer.Typer":
 
     app.command("chat")(build_chat_command())
     app.add_typer(build_sessions_app(), name="sessions")
+    from agentrt._cli_mcp import build_mcp_app
+
+    app.add_typer(build_mcp_app(), name="mcp")
     return app
 
 

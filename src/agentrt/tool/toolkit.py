@@ -111,6 +111,30 @@ class Toolkit:
         self._cache = None
         return removed
 
+    async def register_mcp(
+        self,
+        client: Any,
+        *,
+        group: str | None = None,
+        prefix: str | None = None,
+        include: str | Collection[str] | None = None,
+        exclude: str | Collection[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[Tool]:
+        """Register the tools of an MCP server (an `agentrt.tool.mcp.McpClient`); returns them.
+
+        Connects the client if needed and lists its tools. Names are ``mcp__<server>__<tool>``, or
+        ``f"{prefix}{tool}"``; `include` / `exclude` filter the server's tool names (globs).
+        `timeout` overrides the client's per-call timeout (None: the client's). A client this call
+        connected is closed by `aclose`; one the caller connected (``async with client``) stays the
+        caller's. See docs/mcp.md.
+        """
+        from agentrt.tool.mcp import register_mcp
+
+        return await register_mcp(
+            self, client, group=group, prefix=prefix, include=include, exclude=exclude, timeout=timeout
+        )
+
     def add_closer(self, closer: Callable[[], Any]) -> None:
         """Run `closer` (sync or async) on `aclose`: for resources the toolkit opened."""
         if self._closers is None:

@@ -1,0 +1,103 @@
+"""``agentrt mcp``: serve a toolkit or an agent over MCP, and list the tools of an MCP server."""
+
+# No `from __future__ import annotations`: typer reads these signatures at runtime.
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+if TYPE_CHECKING:
+    import typer
+
+__all__ = ["build_mcp_app"]
+
+
+def build_mcp_app() -> "typer.Typer":
+    """The ``mcp`` command group."""
+    import typer
+
+    app = typer.Typer(help="Serve agentrt tools and agents over MCP; inspect MCP servers.", no_args_is_help=True)
+
+    @app.command()
+    def serve(
+        target: Annotated[str, typer.Argument(help="MODULE:ATTR of a Toolkit, an agent, a tool or a list of tools.")],
+        transport: Annotated[str, typer.Option("--transport", "-t", help="stdio, http (streamable) or sse.")] = "stdio",
+        host: Annotated[str, typer.Option(help="Address to listen on (http, sse).")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to listen on (http, sse).")] = 8000,
+        path: Annotated[str | None, typer.Option(help="Endpoint path (default /mcp for http, /sse for sse).")] = None,
+        name: Annotated[str | None, typer.Option(help="Server name reported to clients.")] = None,
+        user: Annotated[str, typer.Option("--user", "-u", help="agentrt user id of the calls.")] = "mcp",
+    ) -> None:
+        """Expose a toolkit (one MCP tool per tool) or an agent (one ask_<name> tool) to MCP clients."""
+        from agentrt.errors import AgentrtError
+        from agentrt.tool._mcp_server import load_target, serve_mcp
+
+        if transport not in ("stdio", "http", "sse"):
+            _fail(f"--transport must be stdio, http or sse, not {transport!r}")
+        try:
+            obj = load_target(target)
+            # stdout carries the protocol under stdio: everything else goes to stderr.
+            serve_mcp(obj, transport, host=host, port=port, path=path, name=name, user_id=user)  # type: ignore[arg-type]
+        except AgentrtError as exc:
+            _fail(f"{type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:  # pragma: no cover - interactive
+            pass
+
+    @app.command()
+    def tools(
+        command: Annotated[
+            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
+        ] = None,
+        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
+        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+        prefix: Annotated[str | None, typer.Option(help="Name prefix, as register_mcp(prefix=...).")] = None,
+    ) -> None:
+        """List an MCP server's tools under the names agentrt registers them with."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from agentrt.errors import AgentrtError
+        from agentrt.tool.mcp import McpClient
+        from agentrt.tool.toolkit import Toolkit
+
+        chosen = [x for x in (command, http, sse) if x]
+        if len(chosen) != 1:
+            _fail("give exactly one server: a COMMAND (stdio), --http URL or --sse URL")
+        if http:
+            client = McpClient.http(http)
+        elif sse:
+            client = McpClient.sse(sse)
+        else:
+            assert command
+            client = McpClient.stdio(command[0], command[1:])
+
+        async def go() -> Toolkit:
+            toolkit = Toolkit()
+            try:
+                await toolkit.register_mcp(client, prefix=prefix)
+            finally:
+                await toolkit.aclose()
+            return toolkit
+
+        try:
+            toolkit = asyncio.run(go())
+        except AgentrtError as exc:
+            _fail(f"{type(exc).__name__}: {exc}")
+        table = Table("tool", "kind", "description", title=f"MCP server {client.name!r}")
+        for t in toolkit:
+            kind = "read-only" if t.read_only else ("destructive" if t.destructive else "")
+            table.add_row(t.name, kind, (t.description or "").split("\n")[0][:100])
+        Console().print(table)
+
+    return app
+
+
+def _fail(message: str) -> NoReturn:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
+    raise SystemExit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    build_mcp_app()(sys.argv[1:])

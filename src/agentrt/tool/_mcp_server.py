@@ -1,0 +1,386 @@
+"""Serve a `Toolkit` or an agent to any MCP client (``agentrt mcp serve MODULE:ATTR``).
+
+A toolkit is exposed tool by tool: each tool's JSON Schema, description and annotations
+(``readOnlyHint``, ``destructiveHint``, ``idempotentHint``). Calls run under agentrt's execution
+policy (argument validation, timeouts, error results). An agent becomes one tool,
+``ask_<name>``, taking ``task: str``; each MCP connection gets its own agent session, so a
+client's successive questions share a conversation, and the agent's steps are reported as
+progress notifications when the client asks for them.
+
+Built on the official SDK's low-level `Server`, which takes tool schemas as plain JSON Schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+try:
+    import mcp_types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        f"serving MCP needs the official MCP SDK, version 2 or later ({exc}): pip install 'agentrt[mcp]'",
+        name=exc.name,
+    ) from exc
+
+from agentrt import _json
+from agentrt.context import RuntimeContext
+from agentrt.errors import UserError
+from agentrt.message import AudioBlock, Base64Source, ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agentrt.tool.base import Tool
+from agentrt.tool.toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from agentrt.agent.base import AgentBase
+    from agentrt.permission import PermissionContext, PermissionMode
+
+__all__ = ["DEFAULT_USER", "Transport", "load_target", "mcp_server", "serve_mcp", "serve_mcp_async"]
+
+Transport = Literal["stdio", "http", "sse"]
+DEFAULT_USER = "mcp"
+"""The agentrt user id of calls that arrive over MCP (unless `serve_mcp(user_id=...)` says otherwise)."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_SESSION_KEY = "agentrt_session_id"
+_TASK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "What the agent should do, with all needed context."}},
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+def load_target(spec: str) -> Any:
+    """Import ``MODULE:ATTR`` (ATTR may be dotted); the current directory is importable, as for uvicorn."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected MODULE:ATTR (e.g. 'myapp.tools:toolkit'), not {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UserError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def mcp_server(
+    target: Any,
+    *,
+    name: str | None = None,
+    instructions: str | None = None,
+    user_id: str = DEFAULT_USER,
+    permission: PermissionContext | PermissionMode | str | None = None,
+) -> Server[Any]:
+    """An MCP `Server` (the SDK's low-level one) exposing `target`.
+
+    `target` is a `Toolkit`, an agent (any `AgentBase`: one ``ask_<name>`` tool), a `Tool` or a
+    function, or a list of those. `permission` (default bypass: the MCP client decides what
+    needs approval, from the annotations) is applied to toolkit calls: a call the engine denies,
+    or would need to ask about, returns an error result.
+    """
+    from agentrt.agent.base import AgentBase
+
+    backend: _Backend
+    if isinstance(target, AgentBase):
+        backend = _AgentBackend(target, user_id)
+        default_name = target.name
+    else:
+        backend = _ToolkitBackend(_as_toolkit(target), user_id, permission)
+        default_name = "agentrt"
+    server: Server[Any] = Server(
+        name or default_name,
+        version=_version(),
+        instructions=instructions,
+        on_list_tools=backend.list_tools,
+        on_call_tool=backend.call_tool,
+    )
+    return server
+
+
+async def serve_mcp_async(
+    target: Any,
+    transport: Transport = "stdio",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    path: str | None = None,
+    log_level: str = "warning",
+    **server_options: Any,
+) -> None:
+    """Serve `target` over MCP until cancelled (stdio: until the client closes stdin).
+
+    HTTP transports listen on `host`:`port`; streamable HTTP at `path` (default ``/mcp``), SSE
+    at `path` (default ``/sse``) with messages posted to ``/messages/``. `server_options` go to
+    `mcp_server`.
+    """
+    server = target if isinstance(target, Server) else mcp_server(target, **server_options)
+    if transport == "stdio":
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
+    if transport not in ("http", "sse"):
+        raise UserError(f"MCP transport must be 'stdio', 'http' or 'sse', not {transport!r}")
+    import uvicorn
+
+    if transport == "http":
+        app: Any = server.streamable_http_app(streamable_http_path=path or "/mcp", host=host)
+    else:
+        app = _sse_app(server, path or "/sse", host)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+    await uvicorn.Server(config).serve()
+
+
+def serve_mcp(
+    target: Any,
+    transport: Transport = "stdio",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    path: str | None = None,
+    **server_options: Any,
+) -> None:
+    """Serve `target` over MCP, blocking (see `serve_mcp_async`); for scripts and the CLI."""
+    asyncio.run(serve_mcp_async(target, transport, host=host, port=port, path=path, **server_options))
+
+
+# --------------------------------------------------------------------------------------------------
+# backends
+# --------------------------------------------------------------------------------------------------
+class _Backend:
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        raise NotImplementedError
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        raise NotImplementedError
+
+
+class _ToolkitBackend(_Backend):
+    def __init__(self, toolkit: Toolkit, user_id: str, permission: Any) -> None:
+        from agentrt.permission import PermissionContext, PermissionEngine, PermissionMode
+
+        self.toolkit = toolkit
+        self.user_id = user_id
+        self.engine = PermissionEngine(PermissionContext.coerce(permission or PermissionMode.BYPASS))
+
+    def _available(self) -> dict[str, Tool]:
+        active = self.toolkit.default_active_groups()
+        return {
+            name: t
+            for name, t in self.toolkit.tools.items()
+            if not t.external and (t.group is None or t.group in active)
+        }
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[_describe(t) for t in self._available().values()])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        from agentrt.permission import Decision
+        from agentrt.tool._execution import ToolExecutor
+
+        tools = self._available()
+        call = ToolUseBlock(id=f"mcp_{ctx.request_id}", name=params.name, input=dict(params.arguments or {}))
+        rctx = RuntimeContext(user_id=self.user_id, session_id=_session_id(ctx))
+        tool = tools.get(params.name)
+        if tool is not None:
+            verdict = self.engine.check(tool, call, rctx)
+            if verdict.decision is Decision.DENY:
+                return _error(f"Permission denied: {verdict.reason or 'denied by policy'}.")
+            if verdict.decision is Decision.ASK:
+                return _error(
+                    f"Tool {params.name!r} needs approval ({verdict.reason}), which this MCP server cannot ask for."
+                )
+        executor = ToolExecutor(tools, rctx, self.toolkit.semaphore())
+        token = rctx._set()
+        try:
+            result = await executor.execute(call)
+        finally:
+            RuntimeContext._reset(token)
+        return _call_result(result)
+
+
+class _AgentBackend(_Backend):
+    def __init__(self, agent: AgentBase, user_id: str) -> None:
+        self.agent = agent
+        self.user_id = user_id
+        self.tool_name = ("ask_" + _UNSAFE.sub("_", agent.name).strip("_"))[:64]
+        self.spec = mcp_types.Tool(
+            name=self.tool_name,
+            description=agent.description or f"Ask the {agent.name!r} agent to do a task; returns its answer.",
+            input_schema=_TASK_SCHEMA,
+            annotations=mcp_types.ToolAnnotations(title=f"Ask {agent.name}", read_only_hint=False),
+        )
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=[self.spec])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        from agentrt.events import ModelCallStarted, RunFinished, ToolCallStarted
+        from agentrt.message import GenerateReason
+
+        if params.name != self.tool_name:
+            return _error(f"Unknown tool {params.name!r}. Available tools: {self.tool_name}.")
+        task = (params.arguments or {}).get("task")
+        if not isinstance(task, str) or not task.strip():
+            return _error("Invalid arguments: 'task' must be a non-empty string.")
+        rctx = RuntimeContext(user_id=self.user_id, session_id=_session_id(ctx))
+        reply = None
+        step = 0
+        # report_progress is a no-op unless the client asked for progress.
+        async for event in self.agent.stream_events(task, rctx):
+            if isinstance(event, ModelCallStarted) and event.source == self.agent.name:
+                step = event.step
+                await ctx.session.report_progress(step, None, f"step {step}")
+            elif isinstance(event, ToolCallStarted) and event.source == self.agent.name:
+                await ctx.session.report_progress(step, None, f"calling {event.name}")
+            elif isinstance(event, RunFinished) and event.source == self.agent.name:
+                reply = event.msg
+        if reply is None:  # pragma: no cover - stream_events always ends with RunFinished or raises
+            return _error(f"agent {self.agent.name!r} returned no reply")
+        content = _contents(list(reply.content))
+        reason = reply.generate_reason
+        if reason in (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION):
+            note = (
+                f"The agent paused ({reason.value}): a tool call needs approval or an external result, "
+                "which cannot be given over MCP. Serve an agent whose permission mode does not ask."
+            )
+            return mcp_types.CallToolResult(content=[*content, _text(note)], is_error=True)
+        return mcp_types.CallToolResult(content=content or [_text("(no answer)")])
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+def _as_toolkit(target: Any) -> Toolkit:
+    if isinstance(target, Toolkit):
+        return target
+    if isinstance(target, Tool) or inspect.isfunction(target):
+        return Toolkit([target])
+    if isinstance(target, Sequence) and not isinstance(target, (str, bytes)) and target:
+        return Toolkit(list(target))
+    raise UserError(
+        f"cannot serve {type(target).__name__!r} over MCP: expected a Toolkit, an agent, a tool or a list of tools"
+    )
+
+
+def _describe(tool: Tool) -> mcp_types.Tool:
+    parameters = dict(tool.parameters)
+    parameters.setdefault("type", "object")
+    annotations = mcp_types.ToolAnnotations(
+        read_only_hint=tool.read_only,
+        destructive_hint=tool.destructive if not tool.read_only else False,
+        idempotent_hint=True if tool.idempotent else None,
+    )
+    return mcp_types.Tool(
+        name=tool.name, description=tool.description or None, input_schema=parameters, annotations=annotations
+    )
+
+
+def _session_id(ctx: ServerRequestContext[Any]) -> str:
+    # One agentrt session per MCP connection; the SDK keeps per-connection state on the connection.
+    connection = getattr(ctx.session, "_connection", None)
+    state: dict[str, Any] | None = getattr(connection, "state", None)
+    if state is None:
+        return f"mcp-{uuid.uuid4().hex[:12]}"
+    session = state.get(_SESSION_KEY)
+    if not isinstance(session, str):
+        session = state[_SESSION_KEY] = f"mcp-{uuid.uuid4().hex[:12]}"
+    return session
+
+
+def _text(text: str) -> mcp_types.TextContent:
+    return mcp_types.TextContent(type="text", text=text)
+
+
+def _error(text: str) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(content=[_text(text)], is_error=True)
+
+
+def _call_result(result: ToolResultBlock) -> mcp_types.CallToolResult:
+    output = result.output
+    content = [_text(output)] if isinstance(output, str) else _contents(output)
+    return mcp_types.CallToolResult(content=content, is_error=result.state != "success")
+
+
+def _contents(blocks: list[ContentBlock]) -> list[Any]:
+    content: list[Any] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            content.append(_text(block.text))
+        elif isinstance(block, (ImageBlock, AudioBlock)):
+            source = block.source
+            if isinstance(source, Base64Source):
+                if isinstance(block, ImageBlock):
+                    content.append(mcp_types.ImageContent(type="image", data=source.data, mime_type=source.media_type))
+                else:
+                    content.append(mcp_types.AudioContent(type="audio", data=source.data, mime_type=source.media_type))
+            else:
+                content.append(_text(f"[{block.type} {source}]"))
+        elif isinstance(block, ToolResultBlock):
+            content.extend(_call_result(block).content)
+        elif block.type in ("thinking", "tool_use"):
+            continue  # the agent's working, not its answer
+        else:
+            content.append(_text(_json.dumps(_json.jsonable(block))))
+    return content
+
+
+def _sse_app(server: Server[Any], path: str, host: str) -> Any:
+    from mcp.server.sse import SseServerTransport
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Mount, Route
+
+    security = None
+    if host in ("127.0.0.1", "localhost", "::1"):
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    sse = SseServerTransport("/messages/", security_settings=security)
+
+    async def endpoint(request: Request) -> Response:
+        async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return Response()
+
+    return Starlette(
+        routes=[Route(path, endpoint=endpoint, methods=["GET"]), Mount("/messages/", app=sse.handle_post_message)]
+    )
+
+
+def _version() -> str:
+    from agentrt import __version__
+
+    return __version__

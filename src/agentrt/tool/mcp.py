@@ -1,0 +1,1233 @@
+"""MCP client: use the tools of any Model Context Protocol server as agentrt tools.
+
+```python
+from agentrt.tool.mcp import McpClient
+
+toolkit = Toolkit()
+await toolkit.register_mcp(McpClient.stdio("uvx", ["mcp-server-git"]))   # tools mcp__git__<tool>
+await toolkit.register_mcp(McpClient.http("https://example.com/mcp", headers={...}), prefix="web_")
+...
+await toolkit.aclose()   # closes the clients the toolkit opened
+```
+
+Built on the official ``mcp`` SDK (2.x): its stdio, streamable HTTP and SSE client transports
+and its `ClientSession`.
+
+**The session task.** The SDK's transports and session are anyio task-group context managers:
+they must be entered and exited by one task. Each `McpClient` connection therefore lives in a
+background task of its own (the *holder*) that enters the transport and the session, runs the
+MCP handshake, and then waits until it is told to close or the connection dies. Callers in any
+task talk to the session directly (its requests are memory-stream sends, usable from any task of
+the loop); only the lifecycle belongs to the holder. Each call runs as a child task, so a caller
+cancelled by an interrupt or a timeout cancels exactly that request: the SDK sends
+``notifications/cancelled`` and the session stays usable.
+
+**Reconnects.** When the server process exits (stdio), the HTTP server goes away, or the HTTP
+session expires, the connection is replaced by a fresh one (new process, new handshake), with
+backoff between attempts. A call is retried once, transparently, when it certainly never reached
+the server: the connection was already known dead, the HTTP server refused the connection, or it
+rejected an expired session. A call that was in flight when the connection died is not retried
+(the tool may have run): it becomes an error result telling the model that the server restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TextIO
+from urllib.parse import urlsplit
+
+try:
+    import anyio
+    import httpx2
+    import mcp_types
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.dispatcher import ProgressFnT
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        f"agentrt.tool.mcp needs the official MCP SDK, version 2 or later ({exc}): pip install 'agentrt[mcp]'",
+        name=exc.name,
+    ) from exc
+
+from agentrt import _json
+from agentrt.errors import DuplicateToolError, ToolError, ToolRetry, UserError
+from agentrt.events import AgentEvent, register_event_type
+from agentrt.message import AudioBlock, Base64Source, ContentBlock, ImageBlock, TextBlock, ToolResultBlock
+from agentrt.tool.base import Tool
+
+if TYPE_CHECKING:
+    from agentrt.agent._run import Run
+    from agentrt.context import RuntimeContext
+    from agentrt.tool.toolkit import Toolkit
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "McpClient",
+    "McpConnectionError",
+    "McpError",
+    "McpProgress",
+    "register_mcp",
+    "result_to_block",
+]
+
+logger = logging.getLogger("agentrt.mcp")
+
+DEFAULT_TIMEOUT: Final = 60.0
+"""Seconds an MCP tool call may take by default."""
+DEFAULT_CONNECT_TIMEOUT: Final = 30.0
+"""Seconds to start (or reach) a server and complete the MCP handshake."""
+DEFAULT_RECONNECT_DELAYS: Final = (0.0, 0.25, 0.5, 1.0, 2.0)
+"""Pauses before each reconnect attempt: five attempts over about four seconds."""
+
+_CLOSE_TIMEOUT = 10.0  # stdio shutdown: stdin close, 2 s grace, SIGTERM, 2 s, SIGKILL
+_CANCEL_GRACE = 2.0  # time for the SDK to send notifications/cancelled after a caller cancels
+_DEATH_WAIT = 2.0  # time for a failing connection's holder to finish, to learn why it failed
+_MAX_PAGES = 1000
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_LAUNCHERS = frozenset(("python", "python3", "node", "uv", "uvx", "npx", "bun", "deno", "pipx", "sh", "bash"))
+_MISSING: Any = object()
+
+
+# --------------------------------------------------------------------------------------------------
+# errors and events
+# --------------------------------------------------------------------------------------------------
+class McpError(ToolError):
+    """An MCP server failed or refused a request; `server` names it."""
+
+    def __init__(self, message: str, *, server: str = "") -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class McpConnectionError(McpError):
+    """An MCP server could not be started or reached, or the connection to it was lost.
+
+    `retryable` is False when trying again cannot help (command not found, bad URL);
+    `restarted` tells, for a connection lost during a call, whether it has been re-established.
+    """
+
+    def __init__(self, message: str, *, server: str = "", retryable: bool = True, restarted: bool = False) -> None:
+        super().__init__(message, server=server)
+        self.retryable = retryable
+        self.restarted = restarted
+
+
+@register_event_type
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpProgress(AgentEvent):
+    """A progress notification from an MCP server while one of its tools runs (type ``mcp_progress``)."""
+
+    tool_call_id: str = ""
+    """The id of the tool call the progress is about ("" when it could not be determined)."""
+    server: str = ""
+    tool: str = ""
+    """The tool's name on the server."""
+    progress: float = 0.0
+    total: float | None = None
+    message: str | None = None
+
+
+ProgressCallback = ProgressFnT
+"""``async (progress, total, message) -> None``, called for each progress notification of a call."""
+
+
+# --------------------------------------------------------------------------------------------------
+# the client
+# --------------------------------------------------------------------------------------------------
+_Opener = Callable[[contextlib.AsyncExitStack], Awaitable[tuple[Any, Any]]]
+
+
+class _Connection:
+    """One connection generation: a holder task owning a transport and an initialised session."""
+
+    __slots__ = ("closing", "error", "init", "loop", "lost", "ready", "session", "task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.session: ClientSession | None = None
+        self.init: mcp_types.InitializeResult | None = None
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.closing = asyncio.Event()
+        self.lost = False
+        self.error: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def mark_lost(self) -> None:
+        self.lost = True
+        self.closing.set()
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self.ready.done()
+            and not self.ready.cancelled()
+            and self.ready.exception() is None
+            and not self.lost
+            and not self.closing.is_set()
+        )
+
+
+class _WatchedReadStream:
+    """The transport's read stream, reporting its end (the server went away) to the connection."""
+
+    __slots__ = ("_inner", "_on_end")
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> contextvars.Context | None:
+        # The dispatcher reads the sender's context from here when the transport provides one.
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        self._on_end()
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class McpClient:
+    """A connection to one MCP server, as an async context manager; reconnects by itself.
+
+    Build one with `McpClient.stdio`, `McpClient.http` (streamable HTTP) or `McpClient.sse`, then
+    either hand it to `Toolkit.register_mcp` (which connects it and closes it on
+    `Toolkit.aclose`) or enter it yourself (``async with client:``; then it stays yours to close).
+    The constructors take these options:
+
+    Args:
+        name: Server name used in tool names and messages; defaults to the name the server
+            reports (sanitised to ``[A-Za-z0-9_-]``), else the command or host.
+        timeout: Default seconds per tool call (None: no limit).
+        connect_timeout: Seconds to start or reach the server and finish the handshake.
+        reconnect: Replace a dead connection automatically (False: calls fail once it dies).
+        reconnect_delays: Pauses before successive reconnect attempts.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_conn",
+        "_describe",
+        "_fallback",
+        "_lock",
+        "_lock_loop",
+        "_name",
+        "_opened",
+        "_opener",
+        "_owned_by_caller",
+        "_program",
+        "_retiring",
+        "_toolkits",
+        "_transport",
+        "connect_timeout",
+        "reconnect",
+        "reconnect_delays",
+        "reconnects",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        opener: _Opener,
+        *,
+        transport: str,
+        describe: str,
+        fallback_name: str,
+        program: str | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        reconnect: bool = True,
+        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise UserError(f"McpClient timeout must be positive or None, not {timeout!r}")
+        if connect_timeout <= 0:
+            raise UserError(f"McpClient connect_timeout must be positive, not {connect_timeout!r}")
+        if not reconnect_delays or any(d < 0 for d in reconnect_delays):
+            raise UserError("McpClient reconnect_delays must be a non-empty sequence of non-negative seconds")
+        if name is not None and not _sanitise(name):
+            raise UserError(f"McpClient name must contain letters, digits, '_' or '-', not {name!r}")
+        self._opener = opener
+        self._transport = transport
+        self._describe = describe
+        self._program = program
+        self._fallback = _sanitise(fallback_name) or "server"
+        self._name = _sanitise(name) if name is not None else None
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.reconnect = reconnect
+        self.reconnect_delays = tuple(reconnect_delays)
+        self.reconnects = 0
+        """How many times the connection was replaced after it died."""
+        self._conn: _Connection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._opened = 0
+        self._owned_by_caller = False
+        self._toolkits: list[Any] = []
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    # -- constructors -------------------------------------------------------------------------------
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        errlog: TextIO | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        reconnect: bool = True,
+        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+    ) -> McpClient:
+        """A server started as a subprocess speaking MCP on its stdin/stdout.
+
+        `env` is added to a minimal inherited environment (PATH, HOME, ...), as the SDK does;
+        the server's stderr goes to `errlog` (default: this process's stderr). Reconnecting
+        starts a new process.
+        """
+        if not isinstance(command, str) or not command:
+            raise UserError(f"McpClient.stdio needs a command string, not {command!r}")
+        if isinstance(args, str):
+            raise UserError("McpClient.stdio args must be a sequence of strings, not one string")
+        arg_list = [str(a) for a in args]
+        params = StdioServerParameters(
+            command=command,
+            args=arg_list,
+            env=dict(env) if env is not None else None,
+            cwd=os.fspath(cwd) if cwd is not None else None,
+        )
+
+        async def open_stdio(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+            log = errlog if errlog is not None else sys.stderr
+            if not _has_fileno(log):  # the child needs a real file descriptor (pytest swaps stderr)
+                log = sys.__stderr__ if sys.__stderr__ is not None else log
+            streams: tuple[Any, Any] = await stack.enter_async_context(stdio_client(params, errlog=log))
+            return streams
+
+        shown = " ".join([command, *arg_list])
+        return cls(
+            open_stdio,
+            transport="stdio",
+            describe=f"command {shown!r}",
+            fallback_name=_command_name(command, arg_list),
+            program=command,
+            name=name,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            reconnect=reconnect,
+            reconnect_delays=reconnect_delays,
+        )
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        reconnect: bool = True,
+        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+    ) -> McpClient:
+        """A server reached over streamable HTTP at `url` (e.g. ``http://127.0.0.1:8000/mcp``).
+
+        `headers` go with every request (e.g. ``{"Authorization": "Bearer ..."}``). An expired
+        session (the server answers 404) is replaced by a new one.
+        """
+        _check_url(url)
+        header_dict = dict(headers) if headers else None
+
+        async def open_http(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+            # The SDK's defaults: 30 s to connect or write, 5 minutes between bytes of an event stream.
+            http = httpx2.AsyncClient(headers=header_dict, timeout=httpx2.Timeout(30.0, read=300.0))
+            http_client = await stack.enter_async_context(http)
+            streams: tuple[Any, Any] = await stack.enter_async_context(
+                streamable_http_client(url, http_client=http_client)
+            )
+            return streams
+
+        return cls(
+            open_http,
+            transport="http",
+            describe=f"URL {url!r}",
+            fallback_name=_host_name(url),
+            name=name,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            reconnect=reconnect,
+            reconnect_delays=reconnect_delays,
+        )
+
+    @classmethod
+    def sse(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        reconnect: bool = True,
+        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+    ) -> McpClient:
+        """A server reached over the (legacy) HTTP+SSE transport at `url` (e.g. ``http://host/sse``)."""
+        _check_url(url)
+        header_dict = dict(headers) if headers else None
+
+        async def open_sse(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+            streams: tuple[Any, Any] = await stack.enter_async_context(
+                sse_client(url, headers=header_dict, timeout=connect_timeout)
+            )
+            return streams
+
+        return cls(
+            open_sse,
+            transport="sse",
+            describe=f"URL {url!r}",
+            fallback_name=_host_name(url),
+            name=name,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            reconnect=reconnect,
+            reconnect_delays=reconnect_delays,
+        )
+
+    # -- identity -------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The server name used in tool names: given, else reported by the server, else the command or host."""
+        if self._name is not None:
+            return self._name
+        conn = self._conn
+        if conn is not None and conn.init is not None:
+            reported = _sanitise(conn.init.server_info.name)
+            if reported:
+                self._name = reported  # fixed from now on, so tool names survive reconnects
+                return reported
+        return self._fallback
+
+    @property
+    def transport(self) -> str:
+        """``"stdio"``, ``"http"`` or ``"sse"``."""
+        return self._transport
+
+    @property
+    def server_info(self) -> mcp_types.Implementation | None:
+        """What the server said about itself in the handshake (None before connecting)."""
+        conn = self._conn
+        return conn.init.server_info if conn is not None and conn.init is not None else None
+
+    @property
+    def instructions(self) -> str | None:
+        """The server's usage instructions from the handshake, if any."""
+        conn = self._conn
+        return conn.init.instructions if conn is not None and conn.init is not None else None
+
+    @property
+    def connected(self) -> bool:
+        """Whether a live connection exists right now."""
+        conn = self._conn
+        return conn is not None and conn.alive
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"McpClient({self.name!r}, {self._transport}, {self._describe})"
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def connect(self) -> McpClient:
+        """Start or reach the server and complete the handshake (no-op when connected); returns self.
+
+        A client connected this way (or with ``async with``) belongs to the caller: a toolkit it
+        is registered in will not close it.
+        """
+        self._owned_by_caller = True
+        await self._ensure()
+        return self
+
+    async def __aenter__(self) -> McpClient:
+        return await self.connect()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection (stops a stdio server process); idempotent. The client cannot be reused."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        """Close the current connection (and wait for replaced ones to finish closing)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._retire(conn)
+        pending = [t for t in self._retiring if t.get_loop() is asyncio.get_running_loop()]
+        if pending:
+            await asyncio.wait(pending, timeout=_CLOSE_TIMEOUT)
+
+    # -- requests ---------------------------------------------------------------------------------------
+    async def list_tools(self) -> list[mcp_types.Tool]:
+        """All tools the server offers (every page)."""
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+
+            def send(session: ClientSession, params: Any = params) -> Awaitable[mcp_types.ListToolsResult]:
+                return session.list_tools(params=params)
+
+            try:
+                page: mcp_types.ListToolsResult = await self._request(send, "list its tools", idempotent=True)
+            except McpError:
+                raise
+            except Exception as exc:
+                raise McpError(
+                    f"MCP server {self.name!r} could not list its tools: {_describe_exc(exc)}", server=self.name
+                ) from exc
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                return tools
+            if cursor in seen:
+                raise McpError(
+                    f"MCP server {self.name!r} repeated the tools/list cursor {cursor!r}; stopping", server=self.name
+                )
+            seen.add(cursor)
+        raise McpError(f"MCP server {self.name!r} returned more than {_MAX_PAGES} pages of tools", server=self.name)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = _MISSING,
+        progress: ProgressCallback | None = None,
+    ) -> mcp_types.CallToolResult:
+        """Call a tool by its name on the server and return the SDK's result.
+
+        `timeout` defaults to the client's (None: no limit); `progress` receives the server's
+        progress notifications. Raises `McpConnectionError` when the server cannot be reached or
+        the connection died during the call (``.restarted`` says whether it was reconnected since),
+        `McpError` for a protocol error or timeout. A tool that fails returns a result with
+        ``is_error=True``.
+        """
+        read_timeout = self.timeout if timeout is _MISSING else timeout
+        args = dict(arguments) if arguments is not None else None
+
+        def send(session: ClientSession) -> Awaitable[mcp_types.CallToolResult]:
+            return session.call_tool(name, args, read_timeout_seconds=read_timeout, progress_callback=progress)
+
+        try:
+            result: mcp_types.CallToolResult = await self._request(send, f"run tool {name!r}", in_flight_is_lost=True)
+            return result
+        except MCPError as exc:
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
+                raise McpError(
+                    f"MCP tool {name!r} on server {self.name!r} timed out after {read_timeout:g} s", server=self.name
+                ) from None
+            raise McpError(
+                f"MCP server {self.name!r} refused tool {name!r}: {exc.message} (code {exc.code})", server=self.name
+            ) from None
+        except McpError:
+            raise
+        except Exception as exc:  # e.g. a result that fails the SDK's validation
+            raise McpError(
+                f"MCP server {self.name!r} gave an unusable answer for tool {name!r}: {_describe_exc(exc)}",
+                server=self.name,
+            ) from exc
+
+    async def _request(
+        self,
+        send: Callable[[ClientSession], Awaitable[Any]],
+        what: str,
+        *,
+        in_flight_is_lost: bool = False,
+        idempotent: bool = False,
+    ) -> Any:
+        """Send one request over a live connection, reconnecting and retrying once when it never arrived.
+
+        An `idempotent` request (a listing) is also retried when the connection died under it.
+        """
+        retried = False
+        while True:
+            conn = await self._ensure()
+            session = conn.session
+            assert session is not None
+            try:
+                return await _run_child(send(session))
+            except MCPError as exc:
+                verdict = await self._diagnose(conn, exc)
+                if verdict == "ok":
+                    raise  # a protocol-level error; the connection is fine
+                self._forget(conn)
+                if (verdict == "undelivered" or idempotent) and self.reconnect and not retried:
+                    retried = True
+                    logger.info("MCP server %r: %s; reconnecting to %s", self.name, exc.message, what)
+                    continue
+                if verdict == "undelivered" or idempotent:
+                    raise McpConnectionError(
+                        f"MCP server {self.name!r} could not be reached to {what}: {exc.message}", server=self.name
+                    ) from None
+                # The request was (or may have been) delivered: never re-send it.
+                restarted = False
+                if self.reconnect and not self._closed:
+                    with contextlib.suppress(McpError):
+                        await self._ensure()
+                        restarted = True
+                if not in_flight_is_lost:
+                    raise McpConnectionError(
+                        f"the connection to MCP server {self.name!r} was lost while trying to {what}: {exc.message}",
+                        server=self.name,
+                    ) from None
+                raise _lost_error(self.name, what, restarted, exc.message) from None
+
+    async def _diagnose(self, conn: _Connection, exc: MCPError) -> str:
+        """Classify a failed request: ``ok`` (the server answered), ``undelivered`` or ``lost``."""
+        if _is_expired_session(exc, self._transport):
+            return "undelivered"  # the server refused the stale session id before doing anything
+        if exc.code != mcp_types.CONNECTION_CLOSED:
+            return "ok"
+        if isinstance(exc.__context__, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+            conn.mark_lost()
+            return "undelivered"  # the SDK could not even write the request
+        # Wait for the holder to finish so its error (why the transport died) is known.
+        task = conn.task
+        if task is not None and not task.done():
+            conn.mark_lost()
+            await asyncio.wait({task}, timeout=_DEATH_WAIT)
+        if conn.error is not None and _is_connect_failure(conn.error):
+            return "undelivered"
+        return "lost"
+
+    # -- connection management --------------------------------------------------------------------------
+    def _get_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock = asyncio.Lock()
+            self._lock_loop = loop
+        return self._lock
+
+    def _forget(self, conn: _Connection) -> None:
+        # The holder sees `closing` and winds the transport down; `_ensure` replaces the connection.
+        conn.mark_lost()
+
+    async def _ensure(self) -> _Connection:
+        """A live connection: the current one, or a new one (reconnecting with backoff)."""
+        if self._closed:
+            raise McpConnectionError(f"MCP client for server {self.name!r} is closed", server=self.name)
+        loop = asyncio.get_running_loop()
+        conn = self._conn
+        if conn is not None and conn.alive and conn.loop is loop:
+            return conn
+        async with self._get_lock():
+            if self._closed:
+                raise McpConnectionError(f"MCP client for server {self.name!r} is closed", server=self.name)
+            conn = self._conn
+            if conn is not None and conn.alive and conn.loop is loop:
+                return conn
+            first = self._opened == 0
+            if conn is not None:
+                self._conn = None
+                if conn.loop is loop:
+                    # Wind the old connection down in the background: a hung HTTP server must not
+                    # delay the new connection (stdio processes are still reaped).
+                    retiring = loop.create_task(self._retire(conn), context=contextvars.Context())
+                    self._retiring.add(retiring)
+                    retiring.add_done_callback(self._retiring.discard)
+            if first or not self.reconnect:
+                if not first:
+                    raise McpConnectionError(
+                        f"the connection to MCP server {self.name!r} was lost and reconnect=False", server=self.name
+                    )
+                new = await self._open()
+            else:
+                new = await self._reopen()
+            self._conn = new
+            self._opened += 1
+            return new
+
+    async def _reopen(self) -> _Connection:
+        last: McpError | None = None
+        for delay in self.reconnect_delays:
+            if delay:
+                await asyncio.sleep(delay)
+            try:
+                conn = await self._open()
+            except McpConnectionError as exc:
+                last = exc
+                if not exc.retryable:
+                    raise
+                continue
+            self.reconnects += 1
+            logger.info("MCP server %r: reconnected (reconnect #%d)", self.name, self.reconnects)
+            return conn
+        assert last is not None
+        raise McpConnectionError(
+            f"{last} (gave up after {len(self.reconnect_delays)} reconnect attempts)", server=self.name
+        ) from None
+
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        conn = _Connection(loop)
+        # An empty context: the holder must not keep the first caller's run (and its state) alive.
+        conn.task = loop.create_task(self._hold(conn), name=f"mcp-{self.name}", context=contextvars.Context())
+        try:
+            # Backstop for a transport that hangs before the handshake (which has its own deadline).
+            async with asyncio.timeout(self.connect_timeout + _CLOSE_TIMEOUT):
+                await asyncio.shield(conn.ready)
+        except asyncio.CancelledError:
+            conn.task.cancel()
+            raise
+        except TimeoutError:
+            conn.task.cancel()
+            raise McpConnectionError(
+                f"MCP server {self.name!r} ({self._describe}) did not answer within {self.connect_timeout:g} s",
+                server=self.name,
+            ) from None
+        except BaseException:
+            # Let the holder finish unwinding, so its error (why it failed) is complete.
+            await asyncio.wait({conn.task}, timeout=_DEATH_WAIT)
+            raise self._startup_error(conn.error) from None
+        return conn
+
+    async def _hold(self, conn: _Connection) -> None:
+        """The holder task: enter the transport and the session, handshake, wait, exit (same task)."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await self._opener(stack)
+                session = await stack.enter_async_context(
+                    ClientSession(
+                        _WatchedReadStream(read, conn.mark_lost),
+                        write,
+                        message_handler=self._on_message,
+                        client_info=mcp_types.Implementation(name="agentrt", version=_version()),
+                    )
+                )
+                with anyio.fail_after(self.connect_timeout):
+                    conn.init = await session.initialize()
+                conn.session = session
+                if not conn.ready.done():
+                    conn.ready.set_result(None)
+                await conn.closing.wait()
+        except BaseException as exc:
+            conn.error = exc
+            if not conn.ready.done():
+                conn.ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+                # The future's exception is retrieved by `_open`; mark it so a cancelled opener leaks no warning.
+                conn.ready.exception()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if conn.ready.done() and conn.init is not None:
+                logger.info("MCP server %r: connection ended: %s", self.name, _describe_exc(exc))
+        finally:
+            conn.lost = True
+            conn.closing.set()
+
+    async def _retire(self, conn: _Connection) -> None:
+        task = conn.task
+        if conn.loop is not asyncio.get_running_loop():
+            return  # made in an event loop that has ended; its tasks were cancelled with it
+        conn.closing.set()
+        if task is None or task.done():
+            return
+        done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            logger.warning("MCP server %r: transport error: %s", self.name, _describe_exc(message))
+        else:
+            logger.debug("MCP server %r: notification %s", self.name, type(message).__name__)
+
+    def _startup_error(self, exc: BaseException | None) -> McpConnectionError:
+        label = self.name
+        where = self._describe
+        leaf = _most_telling(exc)
+        retryable = True
+        if isinstance(leaf, FileNotFoundError):
+            program = f"command {self._program!r}" if self._program else where
+            text = f"could not start: {program} not found ({leaf.strerror or leaf})"
+            retryable = False
+        elif isinstance(leaf, PermissionError):
+            program = f"command {self._program!r}" if self._program else where
+            text = f"could not start: {program} is not executable ({leaf})"
+            retryable = False
+        elif isinstance(leaf, (httpx2.ConnectError, ConnectionRefusedError)):
+            text = f"could not connect to {where}: {str(leaf) or 'connection refused'}"
+        elif isinstance(leaf, httpx2.HTTPStatusError):
+            text = f"{where} answered HTTP {leaf.response.status_code}; is it an MCP {self._transport} endpoint?"
+        elif isinstance(leaf, (httpx2.InvalidURL, httpx2.UnsupportedProtocol)):
+            text = f"bad {where}: {leaf}"
+            retryable = False
+        elif isinstance(leaf, TimeoutError):
+            text = f"{where} did not complete the MCP handshake within {self.connect_timeout:g} s"
+        elif isinstance(leaf, MCPError) and leaf.code == mcp_types.CONNECTION_CLOSED:
+            if self._transport == "stdio":
+                text = (
+                    f"{where} exited or closed its output before completing the MCP handshake "
+                    "(is it an MCP server on stdio? see its stderr)"
+                )
+            else:
+                text = f"the connection to {where} closed during the MCP handshake"
+        elif isinstance(leaf, MCPError):
+            text = f"{where} refused the MCP handshake: {leaf.message}"
+            if self._transport != "stdio":
+                text += " (is this the MCP endpoint?)"
+        elif isinstance(leaf, OSError):
+            text = f"could not start {where}: {leaf}"
+        else:
+            text = f"could not connect via {where}: {_describe_exc(leaf)}"
+        return McpConnectionError(f"MCP server {label!r} {text}", server=label, retryable=retryable)
+
+
+def _lost_error(server: str, what: str, restarted: bool, detail: str) -> McpConnectionError:
+    if restarted:
+        text = (
+            f"MCP server {server!r} stopped while trying to {what} ({detail}); it has been restarted. "
+            "The call may or may not have taken effect: check, then call the tool again if needed."
+        )
+    else:
+        text = (
+            f"MCP server {server!r} stopped while trying to {what} ({detail}) and could not be restarted yet. "
+            "The call may or may not have taken effect."
+        )
+    return McpConnectionError(text, server=server, restarted=restarted)
+
+
+async def _run_child(awaitable: Awaitable[Any]) -> Any:
+    """Await `awaitable` in a child task, so a cancelled caller cancels it exactly once.
+
+    The SDK answers that cancellation by sending ``notifications/cancelled``; the child gets a
+    moment to do so even if the caller is cancelled again meanwhile.
+    """
+    task: asyncio.Future[Any] = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_consume)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task}, timeout=_CANCEL_GRACE)
+        raise
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+# --------------------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------------------
+def result_to_block(result: mcp_types.CallToolResult, tool_name: str = "", *, server: str = "") -> ToolResultBlock:
+    """Turn an MCP ``CallToolResult`` into a `ToolResultBlock` (ids are filled in by the executor).
+
+    Text becomes `TextBlock`s, images and audio inline blocks, embedded resources text (or
+    media for image/audio blobs) with their URI noted, resource links a line of text, and
+    structured content JSON text when the result has no text. ``is_error`` gives an error result.
+    """
+    blocks: list[ContentBlock] = []
+    for item in result.content:
+        blocks.extend(_content_blocks(item))
+    structured = result.structured_content
+    if structured is not None and not any(isinstance(b, TextBlock) for b in blocks):
+        blocks.append(TextBlock(text=_json.dumps(_json.jsonable(structured))))
+    if result.is_error:
+        text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock)).strip()
+        where = f" on MCP server {server!r}" if server else ""
+        return ToolResultBlock(
+            id="", name=tool_name, output=text or f"Tool {tool_name!r}{where} reported an error.", state="error"
+        )
+    output: str | list[ContentBlock]
+    if not blocks:
+        output = "Done."
+    elif all(isinstance(b, TextBlock) for b in blocks):
+        output = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+    else:
+        output = blocks
+    return ToolResultBlock(id="", name=tool_name, output=output, state="success")
+
+
+def _content_blocks(item: Any) -> Iterator[ContentBlock]:
+    if isinstance(item, mcp_types.TextContent):
+        yield TextBlock(text=item.text)
+    elif isinstance(item, mcp_types.ImageContent):
+        yield ImageBlock(source=Base64Source(media_type=item.mime_type, data=item.data))
+    elif isinstance(item, mcp_types.AudioContent):
+        yield AudioBlock(source=Base64Source(media_type=item.mime_type, data=item.data))
+    elif isinstance(item, mcp_types.EmbeddedResource):
+        res = item.resource
+        if isinstance(res, mcp_types.TextResourceContents):
+            yield TextBlock(text=f"[resource {res.uri}]\n{res.text}")
+            return
+        mime = res.mime_type or "application/octet-stream"
+        if mime.startswith("image/"):
+            yield TextBlock(text=f"[resource {res.uri} ({mime})]")
+            yield ImageBlock(source=Base64Source(media_type=mime, data=res.blob))
+        elif mime.startswith("audio/"):
+            yield TextBlock(text=f"[resource {res.uri} ({mime})]")
+            yield AudioBlock(source=Base64Source(media_type=mime, data=res.blob))
+        else:
+            size = len(res.blob) * 3 // 4
+            yield TextBlock(text=f"[resource {res.uri} ({mime}, about {size} bytes of binary data, not shown)]")
+    elif isinstance(item, mcp_types.ResourceLink):
+        about = f": {item.description}" if item.description else ""
+        yield TextBlock(text=f"[resource link {item.name} {item.uri}{about}]")
+    else:  # a content type newer than this code
+        dump = getattr(item, "model_dump", None)
+        data = dump(mode="json", by_alias=True, exclude_none=True) if callable(dump) else str(item)
+        yield TextBlock(text=_json.dumps(_json.jsonable(data)))
+
+
+# --------------------------------------------------------------------------------------------------
+# registration
+# --------------------------------------------------------------------------------------------------
+async def register_mcp(
+    toolkit: Toolkit,
+    client: McpClient,
+    *,
+    group: str | None = None,
+    prefix: str | None = None,
+    include: str | Iterable[str] | None = None,
+    exclude: str | Iterable[str] | None = None,
+    timeout: float | None = None,
+) -> list[Tool]:
+    """Register the tools of `client`'s server in `toolkit` (see `Toolkit.register_mcp`)."""
+    if not isinstance(client, McpClient):
+        raise UserError(f"register_mcp needs an McpClient, not {type(client).__name__!r}")
+    if client.closed:
+        raise UserError(f"McpClient for server {client.name!r} is closed; build a new one")
+    if timeout is not None and timeout <= 0:
+        raise UserError(f"register_mcp timeout must be positive or None, not {timeout!r}")
+    opened_here = not client._owned_by_caller and not client.connected
+    try:
+        await client._ensure()
+        server_tools = await client.list_tools()
+        tools = _build_tools(
+            client,
+            server_tools,
+            group=group,
+            prefix=prefix,
+            include=include,
+            exclude=exclude,
+            timeout=client.timeout if timeout is None else timeout,
+        )
+        taken = sorted(t.name for t in tools if t.name in toolkit)
+        if taken:
+            raise DuplicateToolError(
+                f"MCP server {client.name!r}: tool name(s) already registered: {', '.join(taken)}; "
+                "pass prefix= (or name= on the client) to register them under other names"
+            )
+    except BaseException:
+        if opened_here and not client._toolkits:
+            await client._disconnect()  # leave the client as we found it: unconnected, reusable
+        raise
+    for t in tools:
+        toolkit.register(t)
+    if not client._owned_by_caller and not any(tk is toolkit for tk in client._toolkits):
+        # Toolkits share a client they opened: the last one to close closes it.
+        client._toolkits.append(toolkit)
+
+        async def release() -> None:
+            client._toolkits = [tk for tk in client._toolkits if tk is not toolkit]
+            if not client._toolkits and not client._owned_by_caller:
+                await client.aclose()
+
+        toolkit.add_closer(release)
+    return tools
+
+
+def _build_tools(
+    client: McpClient,
+    server_tools: Sequence[mcp_types.Tool],
+    *,
+    group: str | None,
+    prefix: str | None,
+    include: str | Iterable[str] | None,
+    exclude: str | Iterable[str] | None,
+    timeout: float | None,
+) -> list[Tool]:
+    includes = _patterns(include)
+    excludes = _patterns(exclude)
+    server = client.name
+    tools: list[Tool] = []
+    used: set[str] = set()
+    for spec in server_tools:
+        if includes is not None and not any(fnmatch.fnmatchcase(spec.name, p) for p in includes):
+            continue
+        if excludes and any(fnmatch.fnmatchcase(spec.name, p) for p in excludes):
+            continue
+        raw = f"{prefix}{spec.name}" if prefix is not None else f"mcp__{server}__{spec.name}"
+        name = _tool_name(raw)
+        if name in used:
+            base, n = name, 2
+            while name in used:
+                name = _tool_name(f"{base[:60]}_{n}")
+                n += 1
+        used.add(name)
+        notes = spec.annotations
+        read_only = bool(notes is not None and notes.read_only_hint is True)
+        # MCP's default for destructiveHint is true (for tools that are not read-only); we only trust
+        # an explicit hint, so unannotated servers do not ask for approval on every call.
+        destructive = bool(notes is not None and notes.destructive_hint is True and not read_only)
+        idempotent = bool(notes is not None and notes.idempotent_hint is True)
+        parameters: dict[str, Any] = dict(spec.input_schema or {})
+        parameters.setdefault("type", "object")
+        if parameters.get("type") == "object":
+            parameters.setdefault("properties", {})
+        description = spec.description or (notes.title if notes is not None and notes.title else None) or spec.title
+        tool = Tool.from_handler(
+            name,
+            description or f"Tool {spec.name!r} of MCP server {server!r}.",
+            parameters,
+            _make_handler(client, spec.name, name),
+            read_only=read_only,
+            destructive=destructive,
+            idempotent=idempotent,
+            timeout=timeout,
+            group=group,
+        )
+        tool.mcp_client = client  # type: ignore[attr-defined]
+        tool.mcp_tool = spec.name  # type: ignore[attr-defined]
+        tools.append(tool)
+    return tools
+
+
+def _make_handler(
+    client: McpClient, mcp_name: str, tool_name: str
+) -> Callable[[Mapping[str, Any], RuntimeContext], Awaitable[Any]]:
+    async def handler(args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
+        from agentrt.agent._run import current_run
+
+        run = current_run.get()
+        progress: ProgressCallback | None = None
+        if run is not None and run.streaming:
+            call_id = _call_id(run, tool_name, args)
+            server = client.name
+
+            async def forward(progress: float, total: float | None, message: str | None) -> None:
+                run.event(
+                    McpProgress,
+                    tool_call_id=call_id,
+                    server=server,
+                    tool=mcp_name,
+                    progress=progress,
+                    total=total,
+                    message=message,
+                )
+
+            progress = forward
+
+        try:
+            # The executor enforces the tool's timeout (and cancels this call); no second clock here.
+            result = await client.call_tool(mcp_name, args, timeout=None, progress=progress)
+        except McpError as exc:
+            raise ToolRetry(str(exc)) from None
+        return result_to_block(result, tool_name, server=client.name)
+
+    return handler
+
+
+def _call_id(run: Run, tool_name: str, args: Mapping[str, Any]) -> str:
+    """The id of the running call of `tool_name` (bound by the executor; else found in the last reply)."""
+    from agentrt.tool._execution import current_call
+
+    bound = current_call.get()
+    if bound is not None and bound.name == tool_name:
+        return bound.id
+    for msg in reversed(run.state.messages):
+        if msg.role != "assistant":
+            continue
+        calls = [c for c in msg.tool_calls if c.name == tool_name]
+        exact = [c for c in calls if dict(c.input) == dict(args)]
+        if exact:
+            return exact[0].id
+        return calls[0].id if len(calls) == 1 else ""
+    return ""
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+def _sanitise(name: str) -> str:
+    return _UNSAFE.sub("_", name).strip("_")
+
+
+def _tool_name(raw: str) -> str:
+    name = _UNSAFE.sub("_", raw)
+    if _TOOL_NAME.match(name):
+        return name
+    if not name.strip("_"):
+        name = "tool"
+    if len(name) > 64:
+        digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
+        name = f"{name[:55]}_{digest}"
+    return name
+
+
+def _patterns(value: str | Iterable[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _command_name(command: str, args: Sequence[str]) -> str:
+    stem = os.path.splitext(os.path.basename(command))[0]
+    if stem.lower().rstrip("0123456789.") in _LAUNCHERS:
+        for arg in args:
+            if arg.startswith("-") or arg in ("run", "exec", "tool", "x"):
+                continue
+            base = os.path.basename(arg.rstrip("/"))
+            return os.path.splitext(base)[0] if base.endswith((".py", ".js")) else base
+    return stem
+
+
+def _host_name(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "server"
+    host = parts.hostname or "server"
+    return f"{host}_{parts.port}" if parts.port else host
+
+
+def _check_url(url: str) -> None:
+    if not isinstance(url, str) or not url:
+        raise UserError(f"MCP server URL must be a non-empty string, not {url!r}")
+    scheme = urlsplit(url).scheme
+    if scheme not in ("http", "https"):
+        raise UserError(f"MCP server URL must start with http:// or https://, not {url!r}")
+
+
+def _has_fileno(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return True
+
+
+def _leaves(exc: BaseException | None) -> Iterator[BaseException]:
+    """Every exception inside `exc`: group members and causes, depth first."""
+    seen: set[int] = set()
+    stack = [exc] if exc is not None else []
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+            continue
+        yield current
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                stack.append(linked)
+
+
+def _most_telling(exc: BaseException | None) -> BaseException | None:
+    """The exception that best explains a failed connection (a refused connect over a closed stream)."""
+    leaves = [e for e in _leaves(exc) if not isinstance(e, (asyncio.CancelledError, anyio.get_cancelled_exc_class()))]
+    for kind in (
+        FileNotFoundError,
+        PermissionError,
+        httpx2.ConnectError,
+        ConnectionRefusedError,
+        httpx2.HTTPStatusError,
+        httpx2.InvalidURL,
+        httpx2.UnsupportedProtocol,
+        TimeoutError,
+        OSError,
+    ):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    mcp_errors = [e for e in leaves if isinstance(e, MCPError)]
+    for leaf in mcp_errors:
+        if leaf.code != mcp_types.CONNECTION_CLOSED:
+            return leaf
+    if mcp_errors:
+        return mcp_errors[0]
+    return leaves[0] if leaves else exc
+
+
+def _is_connect_failure(exc: BaseException) -> bool:
+    return any(isinstance(e, (httpx2.ConnectError, ConnectionRefusedError)) for e in _leaves(exc))
+
+
+def _is_expired_session(exc: MCPError, transport: str) -> bool:
+    if transport != "http" or exc.code != mcp_types.INVALID_REQUEST:
+        return False
+    text = exc.message.lower()
+    return "session" in text and any(w in text for w in ("not found", "terminated", "expired", "unknown"))
+
+
+def _describe_exc(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _version() -> str:
+    try:
+        from agentrt import __version__
+    except ImportError:  # pragma: no cover
+        return "0"
+    return __version__
