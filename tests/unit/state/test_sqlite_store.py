@@ -303,3 +303,19 @@ async def test_two_processes_writing_one_database_lose_nothing(tmp_path: Path) -
     texts = [m.text for m in state.messages]
     for tag in ("p", "q"):
         assert [t for t in texts if t.startswith(tag)] == [f"{tag}-{i}" for i in range(50)]
+
+
+async def test_concurrent_appends_commit_together_and_a_conflict_rejects_only_itself(tmp_path: Path) -> None:
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        await store.append("u", "shared", [Msg.user("first")], expected_revision=0)
+        jobs = [store.append("u", f"s{i}", [Msg.user(f"m{i}")], expected_revision=0) for i in range(50)]
+        jobs.append(store.append("u", "shared", [Msg.user("stale")], expected_revision=0))
+        jobs.append(store.append("u", "shared", [Msg.user("second")], expected_revision=1))
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        assert results[:50] == [1] * 50
+        assert isinstance(results[50], StateConflictError) and results[51] == 2
+        for i in (0, 25, 49):
+            state = await store.load("u", f"s{i}")
+            assert state is not None and [m.text for m in state.messages] == [f"m{i}"]
+        shared = await store.load("u", "shared")
+        assert shared is not None and [m.text for m in shared.messages] == ["first", "second"]

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -67,6 +67,22 @@ CREATE TABLE IF NOT EXISTS messages (
 """
 
 _T = TypeVar("_T")
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_MAX_BATCH = 256
+
+
+def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in results:
+        if future.done():  # the caller was cancelled; the operation may still have committed
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+def _close_op() -> None:
+    """Marker job: close the connection (never opens one)."""
 
 
 class SqliteStateStore(BaseStateStore):
@@ -98,7 +114,8 @@ class SqliteStateStore(BaseStateStore):
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         self._busy_timeout = float(busy_timeout)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrt-sqlite")
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None  # created and used on the worker thread only
         self._used = False
         self._closed = False
@@ -152,17 +169,17 @@ class SqliteStateStore(BaseStateStore):
         """Close the database connection and stop the worker thread (idempotent)."""
         if self._closed:
             return
-        self._closed = True
-        if not self._used:
-            self._executor.shutdown(wait=False)
+        if self._thread is None:
+            self._closed = True
             return
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._close_connection)
-        except BaseException:
-            self._executor.shutdown(wait=False)  # the queued close still runs, then the thread ends
-            raise
-        self._executor.shutdown(wait=True)  # the worker is idle: this only joins it
+            await self._call(_close_op)
+        finally:
+            self._closed = True
+            self._queue.put(None)  # the worker stops after the close (and anything queued before it)
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                await asyncio.to_thread(thread.join)
 
     # -- worker thread --------------------------------------------------------------------
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -170,7 +187,82 @@ class SqliteStateStore(BaseStateStore):
             raise StateStoreError(f"{self!r} is closed")
         self._used = True
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._run, fn, *args))
+        future: asyncio.Future[_T] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="agentrt-sqlite", daemon=True)
+            self._thread.start()
+        self._queue.put((fn, args, loop, future))
+        return await future
+
+    def _work(self) -> None:
+        # Runs queued jobs in order. Appends that queued up while the previous batch ran share one
+        # transaction (each in its own savepoint, so a conflict rejects only that append): under
+        # load, one commit and one wake-up of each event loop serve many checkpoints.
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            batch = [job]
+            stop = False
+            while len(batch) < _MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            outcomes = self._run_batch(batch)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+            for (_fn, _args, loop, future), outcome in zip(batch, outcomes, strict=True):
+                by_loop.setdefault(loop, []).append((future, *outcome))
+            for loop, results in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_deliver, results)
+            if stop:
+                return
+
+    def _run_batch(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        i = 0
+        while i < len(batch):
+            j = i
+            while j < len(batch) and batch[j][0] is _append:
+                j += 1
+            if j - i > 1:
+                outcomes.extend(self._run_appends(batch[i:j]))
+                i = j
+                continue
+            fn, args, _loop, _future = batch[i]
+            outcomes.append(self._attempt(fn, args))
+            i += 1
+        return outcomes
+
+    def _run_appends(self, jobs: list[_Job]) -> list[tuple[bool, Any]]:
+        try:
+            conn = self._conn if self._conn is not None else self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+        except (sqlite3.Error, StateStoreError):
+            return [self._attempt(fn, args) for fn, args, _loop, _future in jobs]  # one by one
+        outcomes = [self._attempt(fn, args) for fn, args, _loop, _future in jobs]
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            error = StateStoreError(f"SQLite state store {self._path!r}: {exc}")
+            return [(False, error) if ok else (ok, value) for ok, value in outcomes]
+        return outcomes
+
+    def _attempt(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+        try:
+            if fn is _close_op:
+                self._close_connection()
+                return True, None
+            return True, self._run(fn, *args)
+        except Exception as exc:
+            return False, exc
 
     def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         conn = self._conn if self._conn is not None else self._connect()
@@ -222,6 +314,18 @@ def _encode_messages(messages: Sequence[Msg]) -> list[str]:
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
+    if conn.in_transaction:
+        # Inside a batch of appends: a savepoint, so this operation commits or rolls back alone.
+        conn.execute("SAVEPOINT op")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+            raise
+        conn.execute("RELEASE op")
+        return
     # Writers take the write lock up front (no deadlock-prone lock upgrade); readers get a snapshot.
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
