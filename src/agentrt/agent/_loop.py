@@ -133,6 +133,22 @@ async def run_call(agent: ReActAgent, run: Run) -> Msg:
 
 
 async def _call_core(agent: ReActAgent, run: Run) -> Msg:
+    try:
+        return await _call_body(agent, run)
+    except (asyncio.CancelledError, _Interrupt):
+        # Also covers an interrupt that lands while the state is still loading.
+        task = run.task
+        if not run.interrupt_requested:
+            # Cancelled from outside (a closed stream, a timeout): save what we have, then stop.
+            await asyncio.shield(_save_on_cancel(run))
+            raise
+        if task is not None:
+            while task.cancelling():
+                task.uncancel()
+        return await _finish_interrupted(agent, run)
+
+
+async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     run.options = agent.options
     spec = None
     if run.output is not None:  # resolved before anything is saved: a bad output= changes nothing
@@ -159,24 +175,13 @@ async def _call_core(agent: ReActAgent, run: Run) -> Msg:
     if spec is not None and spec.mode == "prompted":
         base = system.text + "\n\n" if system is not None else ""
         system = Msg.system(base + spec.prompt())
-    try:
-        if run.interrupt_requested:
-            raise _Interrupt
-        if resuming:
-            paused = await _hitl.resume(agent, run, executor, _runner(agent, run, executor), _on_result(run))
-            if paused is not None:
-                return paused
-        return await _loop(agent, run, system, executor)
-    except (asyncio.CancelledError, _Interrupt):
-        task = run.task
-        if not run.interrupt_requested:
-            # Cancelled from outside (a closed stream, a timeout): save what we have, then stop.
-            await asyncio.shield(_save_on_cancel(run))
-            raise
-        if task is not None:
-            while task.cancelling():
-                task.uncancel()
-        return await _finish_interrupted(agent, run)
+    if run.interrupt_requested:
+        raise _Interrupt
+    if resuming:
+        paused = await _hitl.resume(agent, run, executor, _runner(agent, run, executor), _on_result(run))
+        if paused is not None:
+            return paused
+    return await _loop(agent, run, system, executor)
 
 
 async def _save_on_cancel(run: Run) -> None:

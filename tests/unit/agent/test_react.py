@@ -726,3 +726,22 @@ async def test_text_tool_calling_drives_a_text_only_model() -> None:
     assert model.requests[0].tools == []  # the inner model never sees native tool schemas
     assert "add" in model.requests[0].messages[0].text  # the tool list is in the system prompt
     assert "Observation" in model.requests[1].messages[-1].text
+
+
+async def test_interrupt_while_the_state_is_loading_still_returns_interrupted() -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    class SlowStore(InMemoryStateStore):
+        async def load(self, user_id: str, session_id: str) -> Any:
+            entered.set()
+            await release.wait()
+            return await super().load(user_id, session_id)
+
+    agent = make_agent(ScriptedModel(["never"]), state_store=SlowStore())
+    ctx = RuntimeContext(user_id="u", session_id="s")
+    task = asyncio.create_task(agent.call("hi", ctx))
+    await entered.wait()
+    assert agent.interrupt(ctx)
+    reply = await task
+    assert reply.generate_reason is GenerateReason.INTERRUPTED
