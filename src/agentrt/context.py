@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
+from agentrt.errors import InvalidTypeError, InvalidValueError
+
 __all__ = ["ANONYMOUS_USER", "DEFAULT_SESSION", "RuntimeContext"]
 
 ANONYMOUS_USER = "__anonymous__"
@@ -36,7 +38,7 @@ class RuntimeContext:
     def __init__(self, user_id: str | None = None, session_id: str | None = None, **attrs: Any) -> None:
         for label, value in (("user_id", user_id), ("session_id", session_id)):
             if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"RuntimeContext.{label} must be a non-empty string or None, not {value!r}")
+                raise InvalidValueError(f"RuntimeContext.{label} must be a non-empty string or None, not {value!r}")
         self.user_id = user_id
         self.session_id = session_id
         self._attrs: dict[str, Any] = attrs
@@ -52,7 +54,7 @@ class RuntimeContext:
     def put(self, kind: type[T], obj: T) -> RuntimeContext:
         """Store `obj` under its type `kind`; returns self for chaining."""
         if not isinstance(kind, type):
-            raise TypeError(f"RuntimeContext.put expects a type as its first argument, not {kind!r}")
+            raise InvalidTypeError(f"RuntimeContext.put expects a type as its first argument, not {kind!r}")
         if self._typed is None:
             self._typed = {}
         self._typed[kind] = obj

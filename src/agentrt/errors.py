@@ -4,6 +4,8 @@ Errors are split by who has to act on them::
 
     AgentrtError
     ├── UserError                      the application developer misused the API
+    │   ├── InvalidValueError          a bad value: a role, an id, a state (also a ValueError)
+    │   ├── InvalidTypeError           a value of the wrong type (also a TypeError)
     │   └── ToolDefinitionError        a function cannot become a tool (also a ToolError)
     ├── ModelError                     the model or its provider failed
     │   ├── ModelAPIError              the provider answered with an error status
@@ -37,6 +39,8 @@ __all__ = [
     "AuthenticationError",
     "ContextWindowExceededError",
     "DuplicateToolError",
+    "InvalidTypeError",
+    "InvalidValueError",
     "ModelAPIError",
     "ModelBehaviorError",
     "ModelConnectionError",
@@ -62,6 +66,14 @@ class AgentrtError(Exception):
 
 class UserError(AgentrtError):
     """The application developer used the API in a way that cannot work; the message says how to fix it."""
+
+
+class InvalidValueError(UserError, ValueError):
+    """A value the API cannot accept (a role, an id, a block state); also a `ValueError`."""
+
+
+class InvalidTypeError(UserError, TypeError):
+    """A value of the wrong type (e.g. a non-block in `Msg.content`); also a `TypeError`."""
 
 
 class ModelError(AgentrtError):

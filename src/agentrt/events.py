@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from agentrt import _json
+from agentrt.errors import InvalidValueError
 from agentrt.message import (
     META_GENERATE_REASON,
     ContentBlock,
@@ -274,7 +275,7 @@ def event_from_dict(d: Mapping[str, Any]) -> AgentEvent:
     """Rebuild an event from `to_dict` output (the inverse used by clients of the SSE stream)."""
     cls = _EVENT_TYPES.get(str(d.get("type")))
     if cls is None:
-        raise ValueError(f"unknown event type {d.get('type')!r}")
+        raise InvalidValueError(f"unknown event type {d.get('type')!r}")
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in d:

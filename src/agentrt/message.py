@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, cast
 
 from agentrt import _json
+from agentrt.errors import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "AudioBlock",
@@ -91,7 +92,7 @@ def _source_from_json(data: Any) -> str | Base64Source:
         return data
     if isinstance(data, Mapping) and data.get("type", "base64") == "base64":
         return Base64Source(media_type=data["media_type"], data=data["data"])
-    raise ValueError(f"not a media source: {data!r}")
+    raise InvalidValueError(f"not a media source: {data!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,7 +195,9 @@ class ToolResultBlock:
 
     def __post_init__(self) -> None:
         if self.state not in _RESULT_STATES:
-            raise ValueError(f"ToolResultBlock.state must be one of {sorted(_RESULT_STATES)}, not {self.state!r}")
+            raise InvalidValueError(
+                f"ToolResultBlock.state must be one of {sorted(_RESULT_STATES)}, not {self.state!r}"
+            )
 
     @property
     def text(self) -> str:
@@ -259,7 +262,7 @@ def block_from_dict(d: Mapping[str, Any]) -> ContentBlock:
         return AudioBlock(source=_source_from_json(d["source"]))
     if kind == "video":
         return VideoBlock(source=_source_from_json(d["source"]))
-    raise ValueError(f"unknown content block type {kind!r}")
+    raise InvalidValueError(f"unknown content block type {kind!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,7 +335,7 @@ class Msg:
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
-            raise ValueError(f"Msg.role must be 'user', 'assistant' or 'system', not {self.role!r}")
+            raise InvalidValueError(f"Msg.role must be 'user', 'assistant' or 'system', not {self.role!r}")
         content: Any = self.content
         if isinstance(content, str):
             object.__setattr__(self, "content", [TextBlock(text=content)])
@@ -340,7 +343,7 @@ class Msg:
             object.__setattr__(self, "content", list(content))
         for block in self.content:
             if not isinstance(block, _BLOCK_TYPES):
-                raise TypeError(f"Msg.content holds {type(block).__name__!r}, which is not a content block")
+                raise InvalidTypeError(f"Msg.content holds {type(block).__name__!r}, which is not a content block")
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -396,7 +399,7 @@ class Msg:
         """The structured output of this reply, validated into `model` when given."""
         data = self.metadata.get(META_STRUCTURED)
         if data is None:
-            raise ValueError("this message carries no structured output (call with output=...)")
+            raise InvalidValueError("this message carries no structured output (call with output=...)")
         if model is None:
             return data
         from pydantic import TypeAdapter
@@ -470,7 +473,7 @@ def as_messages(value: str | Msg | Sequence[Msg] | None, *, name: str | None = N
         out: list[Msg] = []
         for item in value:
             if not isinstance(item, Msg):
-                raise TypeError(f"input list holds {type(item).__name__!r}; every item must be a Msg")
+                raise InvalidTypeError(f"input list holds {type(item).__name__!r}; every item must be a Msg")
             out.append(item)
         return out
-    raise TypeError(f"input must be a str, a Msg or a list of Msg, not {type(value).__name__!r}")
+    raise InvalidTypeError(f"input must be a str, a Msg or a list of Msg, not {type(value).__name__!r}")

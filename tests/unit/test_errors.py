@@ -155,3 +155,18 @@ def test_tool_arguments_error_pickle_keeps_errors() -> None:
     assert type(back) is ToolArgumentsError
     assert str(back) == "bad args"
     assert back.errors == [{"loc": ["x"], "msg": "required"}]
+
+
+def test_bad_values_are_user_errors_and_still_value_or_type_errors() -> None:
+    import pytest
+
+    from agentrt import Msg, RuntimeContext
+
+    with pytest.raises(errors.InvalidValueError) as bad_role:
+        Msg(role="robot", content="x")  # type: ignore[arg-type]
+    assert isinstance(bad_role.value, errors.UserError) and isinstance(bad_role.value, ValueError)
+    with pytest.raises(errors.InvalidValueError):
+        RuntimeContext(user_id="")
+    with pytest.raises(errors.InvalidTypeError) as bad_block:
+        Msg(role="user", content=[object()])  # type: ignore[list-item]
+    assert isinstance(bad_block.value, TypeError)
