@@ -60,6 +60,7 @@ class Tool:
         "requires_confirmation",
         "resume",
         "timeout",
+        "workspace",
     )
 
     def __init__(
@@ -82,6 +83,7 @@ class Tool:
         idempotent: bool = False,
         check_permission: PermissionCheck | None = None,
         edit: bool = False,
+        workspace: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ToolDefinitionError(f"tool name must be a non-empty string of at most 128 characters, not {name!r}")
@@ -112,6 +114,8 @@ class Tool:
         self.idempotent = idempotent
         self.check_permission = check_permission
         self.edit = edit
+        self.workspace = workspace
+        """The directory relative path arguments are taken from (permission rules resolve paths there)."""
         self.resume: Callable[[Any, list[Any], RuntimeContext], Awaitable[Any]] | None = None
         """Continues a call that raised `ToolSuspended`, given the caller's answers (agent-as-tool)."""
         self._tool_schema: ToolSchema | None = None
@@ -161,6 +165,7 @@ class Tool:
             "idempotent": self.idempotent,
             "check_permission": self.check_permission,
             "edit": self.edit,
+            "workspace": self.workspace,
         }
         fields.update(changes)
         new = Tool(**fields)

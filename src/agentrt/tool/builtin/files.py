@@ -128,7 +128,9 @@ class FileTools:
         # Each tool gets a permission check bound to this instance (the engine calls check(args, ctx)).
         for name in _TOOL_NAMES:
             bound = getattr(self, name)
-            setattr(self, name, bound.copy(check_permission=functools.partial(self._check_permission, name)))
+            setattr(
+                self, name, bound.copy(check_permission=functools.partial(self._check_permission, name), workspace=real)
+            )
 
     def __repr__(self) -> str:
         return f"FileTools({self.root!r})"

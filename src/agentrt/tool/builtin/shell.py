@@ -138,7 +138,9 @@ class ShellTool:
         self.env: dict[str, str] = {**base, **_FIXED_ENV, **(dict(env) if env else {}), "PWD": real}
         # The check needs this instance; the executor's own timeout is only a safety net behind ours.
         bound = self.run_command
-        self.run_command = bound.copy(check_permission=self.check_permission, timeout=max_timeout + kill_grace + 10)
+        self.run_command = bound.copy(
+            check_permission=self.check_permission, timeout=max_timeout + kill_grace + 10, workspace=real
+        )
 
     def __repr__(self) -> str:
         return f"ShellTool({self.root!r})"
