@@ -48,7 +48,7 @@ class AgentBase(abc.ABC):
     (FIFO); calls on different sessions run in parallel.
     """
 
-    __slots__ = ("__weakref__", "_running", "_store", "description", "lock_timeout", "name")
+    __slots__ = ("__weakref__", "_running", "_store", "description", "lock_timeout", "name", "state_key")
 
     def __init__(
         self,
@@ -57,10 +57,15 @@ class AgentBase(abc.ABC):
         description: str = "",
         state_store: AgentStateStore | None = None,
         lock_timeout: float | None = None,
+        state_key: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise UserError(f"agent name must be a non-empty string, not {name!r}")
+        if state_key is not None and (not isinstance(state_key, str) or not state_key):
+            raise UserError(f"state_key must be a non-empty string or None, not {state_key!r}")
         self.name = name
+        self.state_key = state_key if state_key is not None else name
+        """Which agent a session belongs to in the store: sessions are ``(state_key, user_id, session_id)``."""
         self.description = description
         self._store = state_store
         self.lock_timeout = lock_timeout

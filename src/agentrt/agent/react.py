@@ -80,6 +80,8 @@ class ReActAgent(AgentBase):
         memory_top_k: Facts retrieved for the system prompt (static mode).
         summary_model: The (cheaper) model that writes context summaries and extracts memories; the
             agent's model when None.
+        state_key: Which agent the sessions belong to in the store (default: `name`). Two agents
+            share a conversation only when they are given the same `state_key` on purpose.
         memory_extraction: After each completed call, extract durable facts from it into long-term
             memory with a model call, in the background (see `drain`).
     """
@@ -137,8 +139,11 @@ class ReActAgent(AgentBase):
         memory_top_k: int = 5,
         summary_model: ChatModel | str | None = None,
         memory_extraction: bool = False,
+        state_key: str | None = None,
     ) -> None:
-        super().__init__(name, description=description, state_store=state_store, lock_timeout=lock_timeout)
+        super().__init__(
+            name, description=description, state_store=state_store, lock_timeout=lock_timeout, state_key=state_key
+        )
         if model is None:
             raise UserError(
                 f"ReActAgent {name!r} needs a model: a ChatModel instance, an id like 'openai:gpt-4o-mini', "
