@@ -6,6 +6,8 @@ Errors are split by who has to act on them::
     ├── UserError                      the application developer misused the API
     │   ├── InvalidValueError          a bad value: a role, an id, a state (also a ValueError)
     │   ├── InvalidTypeError           a value of the wrong type (also a TypeError)
+    │   ├── NotPendingError            an answer for a tool call that does not wait (stale,
+    │   │                              already answered, interrupted, or never asked)
     │   └── ToolDefinitionError        a function cannot become a tool (also a ToolError)
     ├── ModelError                     the model or its provider failed
     │   ├── ModelAPIError              the provider answered with an error status
@@ -41,6 +43,7 @@ __all__ = [
     "DuplicateToolError",
     "InvalidTypeError",
     "InvalidValueError",
+    "NotPendingError",
     "ModelAPIError",
     "ModelBehaviorError",
     "ModelConnectionError",
@@ -74,6 +77,18 @@ class InvalidValueError(UserError, ValueError):
 
 class InvalidTypeError(UserError, TypeError):
     """A value of the wrong type (e.g. a non-block in `Msg.content`); also a `TypeError`."""
+
+
+class NotPendingError(UserError):
+    """An approval or a result for tool calls that do not wait for one in this session.
+
+    Raised for a repeated or stale approval (the call was already answered, ended as interrupted,
+    or never asked), so an approval is spent exactly once. `tool_call_ids` names the calls.
+    """
+
+    def __init__(self, message: str, tool_call_ids: list[str] | tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.tool_call_ids = tuple(tool_call_ids)
 
 
 class ModelError(AgentrtError):

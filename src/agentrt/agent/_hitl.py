@@ -4,6 +4,11 @@ A turn's tool calls are sorted by the permission engine: denied calls get a deni
 allowed calls run, calls that need approval and external calls wait. While something waits,
 `AgentState.pending` holds the waiting calls (JSON, so another process sharing the store can
 resume), the call returns a pause reply, and the next call on the session must answer.
+
+An approval is spent exactly once: the checkpoint that removes a call from `pending` is the one
+that records it as started (in flight), so an interrupt, a closed stream or a crash while it runs
+ends it as interrupted, and the same approval sent again gets `NotPendingError`. Edited arguments
+are validated and decided again by the permission engine (a deny rule wins over the human).
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
+from agentrt.agent import _turns
 from agentrt.agent._run import Run
-from agentrt.errors import ToolSuspended, UserError
+from agentrt.errors import NotPendingError, ToolSuspended, UserError
 from agentrt.message import (
     META_CONFIRM_RESULTS,
     META_GENERATE_REASON,
@@ -25,13 +31,19 @@ from agentrt.message import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from agentrt.permission import ConfirmResult, Decision, PermissionContext, PermissionEngine, PermissionRule
+from agentrt.permission import (
+    ConfirmResult,
+    Decision,
+    PermissionContext,
+    PermissionEngine,
+    PermissionRule,
+)
 from agentrt.tool._execution import META_SUSPENDED, ToolExecutor, error_result, to_result
 
 if TYPE_CHECKING:
     from agentrt.agent.react import ReActAgent
 
-__all__ = ["META_PENDING", "act", "resume"]
+__all__ = ["META_PENDING", "act", "engine_for", "recover", "resume"]
 
 CONFIRM = "confirm"
 EXTERNAL = "external"
@@ -41,8 +53,12 @@ Runner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
 OnResult = Callable[[ToolResultBlock, float], Awaitable[None]] | None
 
 
-def _engine(agent: ReActAgent, run: Run) -> PermissionEngine:
-    return PermissionEngine(PermissionContext.coerce(agent.permission), run.state.rules)
+def engine_for(agent: ReActAgent, run: Run, extra_rules: Sequence[PermissionRule] = ()) -> PermissionEngine:
+    """The permission engine of `agent` with the session's accepted rules (and `extra_rules`)."""
+    return PermissionEngine(PermissionContext.coerce(agent.permission), [*run.state.rules, *extra_rules])
+
+
+_engine = engine_for
 
 
 def _needs_engine(engine: PermissionEngine, tool: Any) -> bool:
@@ -127,12 +143,11 @@ async def act(
             else:
                 done[result.id] = result
     ordered = [done[c.id] for c in calls if c.id in done]
-    return await _settle(agent, run, ordered, pending, reply.content)
+    return await _settle(agent, run, ordered, pending, reply.content, reply.id)
 
 
 def _recording(run: Run, assistant_id: str, inner: OnResult) -> OnResult:
     """Checkpoint each result of a parallel batch as it lands, so a crash never re-runs a finished tool."""
-    from agentrt.agent._loop import IN_FLIGHT
 
     async def record(result: ToolResultBlock, elapsed: float) -> None:
         if inner is not None:
@@ -140,11 +155,9 @@ def _recording(run: Run, assistant_id: str, inner: OnResult) -> OnResult:
         if _suspended(result) is not None:
             return
         async with run.lock:
-            tool_state = dict(run.state.tool_state)
-            in_flight = dict(tool_state.get(IN_FLIGHT) or {"assistant_id": assistant_id, "results": []})
-            in_flight["results"] = [*in_flight.get("results", ()), result.to_dict()]
-            tool_state[IN_FLIGHT] = in_flight
-            run.set_field("tool_state", tool_state)
+            record = _turns.in_flight(run) or {}
+            results = list(_turns.recorded_results(run, assistant_id).values())
+            _turns.set_in_flight(run, assistant_id, list(record.get("calls") or ()), [*results, result])
             await run.checkpoint()
 
     return record
@@ -168,17 +181,24 @@ async def _settle(
     results: list[ToolResultBlock],
     pending: list[dict[str, Any]],
     step_content: Sequence[ContentBlock] | None,
+    assistant_id: str,
+    notes: Sequence[Msg] = (),
 ) -> Msg | None:
+    """Record a turn's results; keep what still waits (with `notes` held back until the turn is complete)."""
     if results:
         run.add_messages(Msg(role="user", content=list(results)))
-    if run.state.tool_state and "in_flight" in run.state.tool_state:
-        run.set_field("tool_state", {k: v for k, v in run.state.tool_state.items() if k != "in_flight"})
+    _turns.without_in_flight(run)
     if pending:
-        run.set_field("pending", {"reply_id": run.reply_id, "calls": pending})
+        entry: dict[str, Any] = {"reply_id": run.reply_id, "assistant_id": assistant_id, "calls": pending}
+        if notes:
+            entry["notes"] = [n.to_dict() for n in notes]
+        run.set_field("pending", entry)
         await run.checkpoint()
         return _pause(agent, run, pending, step_content)
     if run.state.pending is not None:
         run.set_field("pending", None)
+    if notes:  # text sent along with the answers joins the history after the turn's results
+        run.add_messages(*notes)
     await run.checkpoint()
     return None
 
@@ -241,7 +261,7 @@ def _how_to(pending: Sequence[Mapping[str, Any]]) -> str:
             f"approve or deny {', '.join(confirm)} with Msg.confirm([ConfirmResult(confirmed=..., tool_call=...)])"
         )
     if external:
-        parts.append(f"send the results of {', '.join(external)} as ToolResultBlocks in a user Msg")
+        parts.append(f"send the results of {', '.join(external)} with Msg.tool_results([ToolResultBlock(...)])")
     return "; ".join(parts)
 
 
@@ -289,24 +309,91 @@ def _validate(
     externals: Mapping[str, ToolResultBlock],
 ) -> None:
     kinds = {e["id"]: e.get("kind") for e in _leaves(pending)}
+    stale = [i for i in [*confirms, *externals] if i not in kinds]
+    if stale:
+        raise NotPendingError(
+            f"tool call(s) {', '.join(repr(i) for i in stale)} do not wait for an answer in this session (stale or "
+            "unknown id: already answered, ended as interrupted, or never asked); "
+            + (_how_to(pending) or "nothing waits"),
+            stale,
+        )
     for call_id in confirms:
-        kind = kinds.get(call_id)
-        if kind is None:
-            raise UserError(
-                f"tool call {call_id!r} is not waiting for approval in this session (stale or unknown id); "
-                + _how_to(pending)
-            )
-        if kind != CONFIRM:
+        if kinds[call_id] != CONFIRM:
             raise UserError(f"tool call {call_id!r} waits for its result, not for approval; " + _how_to(pending))
     for call_id in externals:
-        kind = kinds.get(call_id)
-        if kind is None:
-            raise UserError(
-                f"tool call {call_id!r} is not waiting for a result in this session (stale or unknown id); "
-                + _how_to(pending)
-            )
-        if kind != EXTERNAL:
+        if kinds[call_id] != EXTERNAL:
             raise UserError(f"tool call {call_id!r} waits for approval, not for a result; " + _how_to(pending))
+
+
+def _accepted_rules(
+    agent: ReActAgent, executor: ToolExecutor, confirms: Mapping[str, ConfirmResult]
+) -> list[PermissionRule]:
+    """The rules sent with approvals, vetted: an answer may narrow what runs, never widen it past the call."""
+    mode = PermissionContext.coerce(agent.permission).mode
+    accepted: list[PermissionRule] = []
+    for answer in confirms.values():
+        if not answer.confirmed:
+            continue
+        tool = None
+        if not isinstance(answer.tool_call, str) and answer.tool_call.name:
+            tool = executor.lookup(answer.tool_call.name)
+        for raw in answer.rules:
+            rule = PermissionRule.coerce(raw)
+            from agentrt import permission  # TEMP until check_answer_rule lands
+
+            checker = getattr(permission, "check_answer_rule", None)
+            refusal = checker(rule, tool=tool, mode=mode) if checker is not None else None
+            if refusal is not None:
+                raise UserError(f"the rule sent with the approval of {answer.tool_call_id!r} is refused: {refusal}")
+            accepted.append(PermissionRule(tool=rule.tool, decision=rule.decision, args=rule.args, source="session"))
+    return accepted
+
+
+def _check_arguments(tool: Any, call: ToolUseBlock) -> None:
+    """Edited arguments must be valid for the tool: a typo is the caller's to fix (nothing is spent)."""
+    schema = getattr(tool, "_schema", None)
+    try:
+        if schema is not None:
+            schema.validate(call.input)
+        else:
+            import jsonschema
+
+            jsonschema.validate(dict(call.input), tool.parameters)
+    except Exception as exc:
+        detail = getattr(exc, "message", None) or str(exc)
+        raise UserError(f"the edited arguments of tool call {call.id!r} ({call.name}) are invalid: {detail}") from None
+
+
+_RUN, _DENY, _ASK = "run", "deny", "ask"
+
+
+def _decide(
+    engine: PermissionEngine,
+    executor: ToolExecutor,
+    run: Run,
+    entry: Mapping[str, Any],
+    answer: ConfirmResult,
+) -> tuple[str, ToolUseBlock, str]:
+    """What to do with an approved call: run it, deny it, or ask again (its arguments changed the question)."""
+    call = _as_call(entry)
+    edited = answer.edited_input
+    effective = call if edited is None else ToolUseBlock(id=call.id, name=call.name, input=dict(edited))
+    tool = executor.lookup(call.name)
+    if tool is None:
+        return _RUN, effective, ""  # the executor reports the unknown tool to the model
+    if edited is not None:
+        _check_arguments(tool, effective)
+    verdict = engine.check(tool, effective, run.ctx)
+    if verdict.decision is Decision.DENY:
+        return _DENY, effective, verdict.reason
+    if (
+        verdict.decision is Decision.ASK
+        and dict(effective.input) != dict(call.input)
+        and verdict.reason != entry.get("reason", "")
+    ):
+        # The human approved another question than the one this call now raises.
+        return _ASK, effective, verdict.reason
+    return _RUN, effective, ""
 
 
 async def resume(
@@ -315,22 +402,27 @@ async def resume(
     """Apply the caller's answers to the pending calls. Returns a pause reply if some still wait."""
     state_pending = run.state.pending or {}
     entries: list[Mapping[str, Any]] = list(state_pending.get("calls") or ())
+    assistant_id = str(state_pending.get("assistant_id") or _last_assistant_id(run))
     confirms, externals, notes = _collect(run.input, entries)
     _validate(entries, confirms, externals)
-    # Rules accepted with the answers apply from now on (also to the calls being confirmed).
-    accepted = [
-        PermissionRule(tool=r.tool, decision=r.decision, args=r.args, source="session")
-        for c in confirms.values()
-        if c.confirmed
-        for r in c.rules
-    ]
+    accepted = _accepted_rules(agent, executor, confirms)
+    engine = _engine(agent, run, accepted)
+    # Decide every approved call before anything changes: a refused answer must spend nothing.
+    plans: dict[str, tuple[str, ToolUseBlock, str]] = {
+        e["id"]: _decide(engine, executor, run, e, confirms[e["id"]])
+        for e in entries
+        if e.get("kind") == CONFIRM and e["id"] in confirms and confirms[e["id"]].confirmed
+    }
     if accepted:
         run.set_field("rules", [*run.state.rules, *(r.to_dict() for r in accepted)])
     if externals:
         run.event(ev.ExternalExecutionResult, results=list(externals.values()))
-    results: list[ToolResultBlock] = []
+    held = [Msg.from_json(n) for n in state_pending.get("notes") or ()]
+    results: list[ToolResultBlock] = await _dead_run_results(agent, run, executor, assistant_id)
     still: list[dict[str, Any]] = []
+    waiting = list(entries)
     for entry in entries:
+        waiting.remove(entry)
         call = _as_call(entry)
         kind = entry.get("kind")
         if kind == CONFIRM and call.id in confirms:
@@ -340,30 +432,46 @@ async def resume(
                 result = _denied(call, text)
                 if on_result is not None:
                     await on_result(result, 0.0)
-            else:
-                edited = answer.edited_input
-                effective = ToolUseBlock(id=call.id, name=call.name, input=dict(edited)) if edited is not None else call
-                tool = executor.lookup(call.name)
-                if tool is not None and tool.external:
-                    still.append(_entry(effective, EXTERNAL, "approved; runs outside the agent"))
-                    continue
-                [result] = await executor.execute_all([effective], runner, None)
-                payload = _suspended(result)
-                if payload is not None:
-                    still.append(_subagent_entry(effective, payload))
-                    continue
-                if edited is not None and dict(edited) != dict(call.input) and isinstance(result.output, str):
-                    from agentrt import _json
-
-                    result = dataclasses.replace(
-                        result,
-                        output=f"(The user changed the arguments to {_json.dumps(dict(edited))}.)\n{result.output}",
-                    )
+                results.append(result)
+                continue
+            action, effective, reason = plans[call.id]
+            if action == _DENY:
+                result = _denied(call, f"Permission denied for the edited arguments: {reason}.")
                 if on_result is not None:
                     await on_result(result, 0.0)
+                results.append(result)
+                continue
+            if action == _ASK:
+                tool = executor.lookup(call.name)
+                suggested = engine.check(tool, effective, run.ctx).suggested_rules if tool is not None else []
+                still.append(_entry(effective, CONFIRM, reason, suggested))
+                continue
+            tool = executor.lookup(call.name)
+            if tool is not None and tool.external:
+                still.append(_entry(effective, EXTERNAL, "approved; runs outside the agent"))
+                continue
+            # Spend the approval: this checkpoint takes the call out of `pending` and records it started.
+            _consume(run, state_pending, assistant_id, [*still, *waiting], [effective.id], results)
+            await run.checkpoint()
+            [result] = await executor.execute_all([effective], runner, None)
+            payload = _suspended(result)
+            if payload is not None:
+                still.append(_subagent_entry(effective, payload))
+                continue
+            edited = answer.edited_input
+            if edited is not None and dict(edited) != dict(call.input) and isinstance(result.output, str):
+                from agentrt import _json
+
+                result = dataclasses.replace(
+                    result,
+                    output=f"(The user changed the arguments to {_json.dumps(dict(edited))}.)\n{result.output}",
+                )
+            if on_result is not None:
+                await on_result(result, 0.0)
             results.append(result)
         elif kind == EXTERNAL and call.id in externals:
             given = externals[call.id]
+            # The event of a returned external result belongs to the call that asked for it.
             results.append(ToolResultBlock(id=call.id, name=call.name, output=given.output, state=given.state))
         elif kind == SUBAGENT:
             child_ids = {c["id"] for c in _leaves(entry.get("children") or ())}
@@ -372,6 +480,8 @@ async def resume(
             if not answers:
                 still.append(dict(entry))
                 continue
+            _consume(run, state_pending, assistant_id, [*still, *waiting], [call.id], results)
+            await run.checkpoint()
             result = await _resume_subagent(executor, call, entry, answers, run)
             payload = _suspended(result)
             if payload is not None:
@@ -382,11 +492,77 @@ async def resume(
             results.append(result)
         else:
             still.append(dict(entry))
-    paused = await _settle(agent, run, results, still, None)
-    if notes:  # text sent along with the answers joins the history after the results
-        run.add_messages(*notes)
-        await run.checkpoint()
-    return paused
+    return await _settle(agent, run, results, still, None, assistant_id, [*held, *notes])
+
+
+def _consume(
+    run: Run,
+    state_pending: Mapping[str, Any],
+    assistant_id: str,
+    remaining: Sequence[Mapping[str, Any]],
+    started: Sequence[str],
+    results: Sequence[ToolResultBlock],
+) -> None:
+    """Stage the checkpoint that spends approvals: `started` leave `pending` and are recorded in flight."""
+    entry = {k: v for k, v in state_pending.items() if k != "calls"}
+    entry["assistant_id"] = assistant_id
+    entry["calls"] = [dict(e) for e in remaining]
+    run.set_field("pending", entry)
+    _turns.set_in_flight(run, assistant_id, started, results)
+
+
+def _last_assistant_id(run: Run) -> str:
+    msg = next((m for m in reversed(run.state.messages) if m.role == "assistant"), None)
+    return msg.id if msg is not None else ""
+
+
+async def _dead_run_results(
+    agent: ReActAgent, run: Run, executor: ToolExecutor, assistant_id: str
+) -> list[ToolResultBlock]:
+    """Results for calls a dead run (crash, kill) had started while answering this turn."""
+    if _turns.in_flight(run) is None:
+        return []
+    turn = _turns.open_turn(run.state.messages)
+    if turn is None:
+        _turns.without_in_flight(run)
+        return []
+    recorded = _turns.recorded_results(run, assistant_id)
+    started = _turns.trusted_calls(run, assistant_id)
+    return await recover(
+        agent, run, executor, assistant_id, [c for c in turn[1] if c.id in recorded or c.id in started]
+    )
+
+
+async def recover(
+    agent: ReActAgent, run: Run, executor: ToolExecutor, assistant_id: str, calls: Sequence[ToolUseBlock]
+) -> list[ToolResultBlock]:
+    """Results for `calls` of a turn a dead run left open, and the in-flight record dropped.
+
+    What the dead run recorded is kept (a completed tool never runs twice). A call runs again only
+    if the loop recorded it as made by this session's model, its tool is idempotent and the
+    permission engine allows it outright (so a spent approval never runs a call twice); the rest
+    end as interrupted. Calls that came with a caller's input never run.
+    """
+    recorded = _turns.recorded_results(run, assistant_id)
+    trusted = _turns.trusted_calls(run, assistant_id, calls)
+    _turns.without_in_flight(run)
+    engine = engine_for(agent, run)
+    out: list[ToolResultBlock] = []
+    for call in calls:
+        if call.id in recorded:
+            out.append(recorded[call.id])
+            continue
+        tool = executor.lookup(call.name) if call.id in trusted else None
+        if (
+            tool is not None
+            and tool.idempotent
+            and not tool.external
+            and engine.check(tool, call, run.ctx).decision is Decision.ALLOW
+        ):
+            out.append(await executor.execute(call))
+        else:
+            out.append(ToolResultBlock(id=call.id, name=call.name, output=_turns.DANGLING_RESULT, state="interrupted"))
+    return out
 
 
 async def _resume_subagent(

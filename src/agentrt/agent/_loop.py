@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
 from agentrt import events as ev
-from agentrt.agent import _hitl
+from agentrt.agent import _hitl, _turns
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
-from agentrt.errors import ContextWindowExceededError, ModelBehaviorError, UserError
+from agentrt.errors import ContextWindowExceededError, ModelBehaviorError, NotPendingError
 from agentrt.message import (
     META_CONFIRM_RESULTS,
     META_GENERATE_REASON,
@@ -26,7 +26,6 @@ from agentrt.message import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
-    block_from_dict,
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import GenerateOptions, ModelRequest, ToolSchema
@@ -45,10 +44,6 @@ MAX_ITERS_PROMPT = (
     "You have used all {n} reasoning steps allowed for this request. Do not call any tool. Answer now with the "
     "best result you can give from what you have so far, and say briefly what remains undone."
 )
-INTERRUPTED_RESULT = "The tool call was interrupted before it finished."
-IN_FLIGHT = "in_flight"
-"""`AgentState.tool_state` key holding results of a batch that is still running (crash safety)."""
-DANGLING_RESULT = "The tool call did not complete: the previous run stopped before its result was recorded."
 _NONE_CHOICE = GenerateOptions(tool_choice="none")
 _CALL_GENERATE = (
     f"Give your final answer by calling the {GENERATE_RESPONSE} tool with arguments matching its schema; "
@@ -162,12 +157,12 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     groups = run.state.active_groups
     active = frozenset(groups) if groups is not None else agent.toolkit.default_active_groups()
     executor = run.executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
-    resuming = run.state.pending is not None
+    resuming = bool((run.state.pending or {}).get("calls"))
     if not resuming:
         _refuse_stray_answers(run)
-        await _repair_dangling(run, executor)
+        await _repair_dangling(agent, run, executor)
         if run.input:
-            run.add_messages(*run.input)
+            run.add_messages(*_turns.inert_input(run.input))
         await run.checkpoint()
     system = await _system_message(agent, run)
     if agent._long_term_memory is not None and agent.memory_mode != "agent":
@@ -185,7 +180,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
 
 
 async def _save_on_cancel(run: Run) -> None:
-    _close_dangling(run, INTERRUPTED_RESULT, "interrupted")
+    _turns.close_turn(run)
     await run.checkpoint()
 
 
@@ -194,9 +189,12 @@ def _refuse_stray_answers(run: Run) -> None:
     known: set[str] | None = None
     for msg in run.input:
         if msg.metadata and META_CONFIRM_RESULTS in msg.metadata:
-            raise UserError(
-                "this message answers tool approvals, but nothing is waiting for approval in this session "
-                "(it was already answered, or never asked)"
+            raw = msg.metadata[META_CONFIRM_RESULTS]
+            ids = [_answer_id(r) for r in raw] if isinstance(raw, (list, tuple)) else []
+            raise NotPendingError(
+                f"this message answers tool approvals ({', '.join(repr(i) for i in ids) or 'none named'}), but nothing "
+                "is waiting for approval in this session (already answered, ended as interrupted, or never asked)",
+                ids,
             )
         results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
         if results:
@@ -206,70 +204,32 @@ def _refuse_stray_answers(run: Run) -> None:
             known.update(c.id for m in run.input for c in m.tool_calls)
             orphans = [b.id for b in results if b.id not in known]
             if orphans:
-                raise UserError(
+                raise NotPendingError(
                     f"tool result(s) for {orphans} answer no tool call of this session, and no tool call is "
-                    "waiting for a result"
+                    "waiting for a result",
+                    orphans,
                 )
 
 
-async def _repair_dangling(run: Run, executor: ToolExecutor) -> None:
-    """Give the calls a dead run left without results their results.
-
-    Results the dead run recorded while its batch was in flight are kept (a completed tool never
-    runs twice); calls of idempotent tools are run again; the rest are reported as interrupted,
-    since providers reject histories with unanswered tool calls.
-    """
-    in_flight = run.state.tool_state.get(IN_FLIGHT) if run.state.tool_state else None
-    messages = run.state.messages
-    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
-    if in_flight is not None:
-        tool_state = {k: v for k, v in run.state.tool_state.items() if k != IN_FLIGHT}
-        run.set_field("tool_state", tool_state)
-    if last is None or not last.tool_calls:
-        return
-    answered = {b.id for m in messages[messages.index(last) + 1 :] for b in m.blocks(ToolResultBlock)}
-    missing = [c for c in last.tool_calls if c.id not in answered]
-    if not missing:
-        return
-    recorded: dict[str, ToolResultBlock] = {}
-    if in_flight is not None and in_flight.get("assistant_id") == last.id:
-        for raw in in_flight.get("results") or ():
-            block = block_from_dict(raw)
-            if isinstance(block, ToolResultBlock):
-                recorded[block.id] = block
-    results: list[ToolResultBlock] = []
-    for call in missing:
-        if call.id in recorded:
-            results.append(recorded[call.id])
-            continue
-        tool = executor.lookup(call.name)
-        if tool is not None and tool.idempotent and not tool.external:
-            results.append(await executor.execute(call))
-        else:
-            results.append(ToolResultBlock(id=call.id, name=call.name, output=DANGLING_RESULT, state="interrupted"))
-    run.add_messages(Msg(role="user", content=list(results)))
+def _answer_id(raw: Any) -> str:
+    if isinstance(raw, dict):
+        return str(raw.get("tool_call_id") or (raw.get("tool_call") or {}).get("id", "?"))
+    call = getattr(raw, "tool_call_id", None)
+    return str(call) if call is not None else "?"
 
 
-def _close_dangling(run: Run, text: str, state: str) -> None:
-    messages = run.state.messages
-    if not messages:
-        return
-    answered: set[str] = set()
-    for msg in reversed(messages):
-        if msg.role == "assistant":
-            calls = msg.tool_calls
-            missing = [c for c in calls if c.id not in answered]
-            if missing:
-                run.add_messages(
-                    Msg(
-                        role="user",
-                        content=[ToolResultBlock(id=c.id, name=c.name, output=text, state=state) for c in missing],  # type: ignore[arg-type]
-                    )
-                )
-            return
-        for block in msg.content:
-            if isinstance(block, ToolResultBlock):
-                answered.add(block.id)
+async def _repair_dangling(agent: ReActAgent, run: Run, executor: ToolExecutor) -> None:
+    """Give the calls a dead run left without results their results (see `_hitl.recover`)."""
+    turn = _turns.open_turn(run.state.messages)
+    if turn is not None:
+        last, missing = turn
+        results = await _hitl.recover(agent, run, executor, last.id, missing)
+        run.add_messages(Msg(role="user", content=list(results)))
+    _turns.without_in_flight(run)
+    pending = run.state.pending
+    if pending is not None:  # a dead run had spent the last approval: only held-back notes remain
+        run.set_field("pending", None)
+        run.add_messages(*(Msg.from_json(n) for n in pending.get("notes") or ()))
 
 
 async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
@@ -355,6 +315,10 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
             await run.checkpoint()
             return final
         extra = []
+        reply = _turns.unique_call_ids(reply)
+        calls = reply.tool_calls
+        # Recorded with the reply: only calls this session's model made may ever run after a crash.
+        _turns.set_in_flight(run, reply.id, [c.id for c in calls])
         run.add_messages(reply)
         await run.checkpoint()
         paused = await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
@@ -675,7 +639,7 @@ def _bind_acting_mw(
 # interrupts
 # --------------------------------------------------------------------------------------------------
 async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
-    _close_dangling(run, INTERRUPTED_RESULT, "interrupted")
+    _turns.close_turn(run)
     if run.streaming:
         run.event(ev.Interrupted, message=run.interrupt_message.text if run.interrupt_message else "")
     final = Msg(

@@ -125,12 +125,13 @@ async def test_edited_arguments_are_revalidated_and_used() -> None:
     model = ScriptedModel([call("delete_file", "d1", path="/important"), "done", "done again"])
     agent = agent_with(model)
     await agent.call("go", CTX)
-    # an edit that breaks the schema reaches the model as an argument error, naming the field
+    # an edit that breaks the schema is the caller's error, naming the field; nothing is spent
     bad = ToolUseBlock(id="d1", name="delete_file", input={"path": 42, "force": True})
-    await agent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call=bad)]), CTX)
-    result = last_results(model)["d1"]
-    assert result.state == "error" and "'force'" in result.output
+    with pytest.raises(UserError, match="'force'"):
+        await agent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call=bad)]), CTX)
     assert ran == []
+    assert (await agent.get_state("u", "s")).pending is not None
+    assert len(model.requests) == 1
     # a valid edit runs with the new arguments and tells the model about the change
     model2 = ScriptedModel([call("delete_file", "d2", path="/important"), "done"])
     agent2 = agent_with(model2)

@@ -1,0 +1,40 @@
+"""The transcript rules every provider enforces, checked on stored histories by the security tests."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from agentrt import Msg, ToolResultBlock
+
+
+def assert_valid_history(messages: Sequence[Msg], pending: Collection[str] = ()) -> None:
+    """Each tool call has exactly one result, in the result-only user messages right after its turn.
+
+    No result answers an unknown call or sits anywhere else (e.g. after an "(interrupted)" reply).
+    `pending`: ids of calls that still wait for an answer (only the last turn may be open, by them).
+    """
+    i = 0
+    seen_calls: set[str] = set()
+    while i < len(messages):
+        msg = messages[i]
+        if msg.role == "assistant" and msg.tool_calls:
+            ids = [c.id for c in msg.tool_calls]
+            assert len(set(ids)) == len(ids), f"duplicate call ids in one turn: {ids}"
+            seen_calls.update(ids)
+            answered: list[str] = []
+            j = i + 1
+            while j < len(messages) and messages[j].role == "user" and messages[j].blocks(ToolResultBlock):
+                blocks = messages[j].content
+                assert all(isinstance(b, ToolResultBlock) for b in blocks), (
+                    f"message {j} mixes tool results with other content"
+                )
+                answered.extend(b.id for b in messages[j].blocks(ToolResultBlock))
+                j += 1
+            waiting = [c for c in ids if c in pending] if j == len(messages) else []
+            assert not set(waiting) & set(answered), f"turn {i}: {waiting} both wait and have results"
+            assert sorted(answered + waiting) == sorted(ids), f"turn {i}: calls {ids} answered by {answered}"
+            i = j
+            continue
+        stray = msg.blocks(ToolResultBlock)
+        assert not stray, f"message {i} holds results {[b.id for b in stray]} outside their turn"
+        i += 1
