@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
+from agentrt.agent import _scopes
 from agentrt.agent._run import Run, current_run
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
@@ -88,9 +89,16 @@ class AgentBase(abc.ABC):
 
     # -- the call -------------------------------------------------------------------------------------
     async def call(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
-        """Run the agent on `input` in the session of `ctx` and return its reply."""
+        """Run the agent on `input` in the session of `ctx` and return its reply.
+
+        Without `ctx`, inside a `MsgHub` block the agent takes part in, the call runs in the hub's
+        context, and the other participants hear the reply before this returns.
+        """
         run = self._new_run(input, ctx, None, output)
-        return await self._drive(run)
+        reply = await self._drive(run)
+        if _scopes.SCOPES.get():
+            await _scopes.announce(self, run.ctx, reply)
+        return reply
 
     async def stream_events(
         self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None
@@ -104,7 +112,9 @@ class AgentBase(abc.ABC):
 
         async def produce(emit: Any) -> None:
             run.emit_fn = emit
-            await self._drive(run)
+            reply = await self._drive(run)
+            if _scopes.SCOPES.get():
+                await _scopes.announce(self, run.ctx, reply)
 
         async with contextlib.aclosing(stream_from(produce)) as events:
             async for event in events:
@@ -186,6 +196,8 @@ class AgentBase(abc.ABC):
         if ctx is not None and not isinstance(ctx, RuntimeContext):
             raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
         messages = _as_input(input, None)
+        if ctx is None:
+            ctx = _scopes.scope_ctx(self) if _scopes.SCOPES.get() else None
         return Run(self, ctx or RuntimeContext(), messages, self.state_store, new_id(), emit, output)
 
     async def _drive(self, run: Run) -> Msg:
