@@ -4,14 +4,35 @@
 ["docs.python.org"]))`` configures one. What the tool does:
 
 - Only ``http`` and ``https`` URLs; ``GET`` only; no cookies kept between calls; proxies from the
-  environment are ignored.
-- **SSRF guard**: the host is resolved first, and if it (or an IP literal in the URL) is not a
-  public address (loopback, private, link-local, carrier-grade NAT, multicast, reserved, cloud
-  metadata at 169.254.169.254 ...) the fetch is refused. The check runs inside aiohttp's resolver, so
-  the connection goes to the very addresses that were checked (no DNS-rebinding window), and again on
-  every redirect hop. ``allow_private=True`` turns it off (local services, tests).
+  environment are ignored; URLs with credentials (``http://user@host/``) are refused.
+- **One parse, the client's.** A URL is parsed once, with `yarl` (the parser aiohttp uses), and that
+  parsed URL is what is requested, so the host checked is the host connected to. The host is
+  normalised as the client uses it: IDNA 2008 with UTS-46 mapping (NFKC: fullwidth, circled and
+  mathematical digits and letters, the full stops U+3002, U+FF0E, U+FF61 ...), lower case, trailing
+  dots ignored. A host whose last label is a number is an IPv4 address in any spelling ``inet_aton``
+  accepts (``127.1``, ``0x7f.1``, ``2130706433``, ``017700000001``) and is requested in dotted form;
+  IPv6 literals are compared as addresses (``[0:0::1]`` is ``[::1]``; zone ids ignored). A host that
+  cannot be normalised (invalid IDNA 2008 or bidi, percent-encoding or other stray characters, a
+  number that is no IPv4 address) is refused with the reason.
+- **SSRF guard** (``allow_private=True`` turns it off, for local services and tests): only globally
+  routable addresses may be connected to. Refused: loopback, ``0.0.0.0/8``, RFC 1918, link-local
+  (cloud metadata at 169.254.169.254), carrier-grade NAT, benchmarking, documentation, multicast
+  and reserved ranges, unique-local and site-local IPv6, Teredo and local-use NAT64, and IPv6 forms
+  that embed a refused IPv4 address (IPv4-mapped, -compatible and -translated, NAT64
+  ``64:ff9b::/96``, 6to4). ``localhost`` names are refused by name.
+- **At connect time.** Host names are looked up by a guarded resolver (DNS cache off) that refuses
+  the whole answer if any address is refused, and every socket is checked, before it connects,
+  against the very address it connects to (aiohttp's ``socket_factory``), IP literals included,
+  which aiohttp does not send through the resolver. So DNS rebinding between check and connect
+  cannot work, and `WebTools.connector` gives other aiohttp sessions the same guard.
 - ``allowed_hosts`` (only these hosts and their subdomains; ``*`` globs allowed) and ``blocked_hosts``
-  (never these) are checked on every hop too, and by the permission engine before the call runs.
+  (never these) are normalised like URL hosts and compared on normalised names: a blocked
+  ``localhost`` also blocks its fullwidth and upper-case spellings and ``localhost.``; an allowed
+  ``example.org`` is not satisfied by a look-alike that normalises elsewhere. An IP entry matches
+  every spelling of its address; a blocked one also IPv6 forms embedding it, and the addresses
+  host names resolve to (checked at connect time).
+- The same check runs in ``check_permission``, so the permission engine denies a refused URL before
+  the call runs (in every mode), and again on every redirect hop.
 - Redirects: at most ``max_redirects`` hops. Limits: ``max_bytes`` of (decompressed) body, enforced
   while streaming, and ``timeout`` seconds for the whole fetch; the model may ask for less, or for
   more up to the tool's ``max_bytes_limit`` and ``max_timeout``.
@@ -24,14 +45,16 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import inspect
 import ipaddress
 import json
 import re
 import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from html.parser import HTMLParser
-from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import urljoin, urlsplit
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
+from urllib.parse import urljoin
 
 from pydantic import Field
 
@@ -42,6 +65,9 @@ from agentrt.tool.base import tool
 
 if TYPE_CHECKING:
     import aiohttp
+    from aiohappyeyeballs import AddrInfoType
+    from aiohttp.abc import AbstractResolver, ResolveResult
+    from yarl import URL
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -57,8 +83,13 @@ DEFAULT_TIMEOUT = 20.0
 DEFAULT_USER_AGENT = "agentrt-fetch/0.1 (+https://github.com/agentrt/agentrt)"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 65_536
-_LEGACY_IPV4 = re.compile(r"(?:0x[0-9a-f]+|[0-9]+)(?:\.(?:0x[0-9a-f]+|[0-9]+)){0,3}", re.IGNORECASE)
-_PRIVATE_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+_INSTALL_HINT = "pip install 'agentrt[web]'"
+_GLOB_CHARS = frozenset("*?[")
+_LOCAL_NAMES = frozenset(
+    {"localhost", "localhost.localdomain", "localhost6", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback"}
+)
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class WebTools:
@@ -66,13 +97,15 @@ class WebTools:
 
     Args:
         allowed_hosts: If given, only these hosts (and their subdomains) may be fetched.
-            Entries are host names, optionally with ``*`` globs (``"*.example.org"``).
-        blocked_hosts: Hosts (and their subdomains) that may never be fetched.
+            Entries are host names or IP addresses, optionally with ``*`` globs (``"*.example.org"``).
+        blocked_hosts: Hosts (and their subdomains) or IP addresses that may never be fetched.
         allow_private: Allow loopback, private and link-local addresses (off: SSRF guard).
         max_redirects: Most redirect hops followed.
         max_bytes_limit: Largest ``max_bytes`` the model may ask for.
         max_timeout: Largest ``timeout`` the model may ask for.
         user_agent: The ``User-Agent`` header sent.
+        resolver: An aiohttp resolver to look host names up with (default: the system's, through
+            ``aiohttp.ThreadedResolver``); its answers are checked like any other. Not closed here.
     """
 
     def __init__(
@@ -85,16 +118,20 @@ class WebTools:
         max_bytes_limit: int = 10_000_000,
         max_timeout: float = 120.0,
         user_agent: str = DEFAULT_USER_AGENT,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         if max_redirects < 0 or max_bytes_limit < 1 or max_timeout <= 0:
             raise UserError("WebTools needs max_redirects >= 0, max_bytes_limit >= 1 and max_timeout > 0")
-        self.allowed_hosts = None if allowed_hosts is None else tuple(_norm_host(h) for h in allowed_hosts)
-        self.blocked_hosts = tuple(_norm_host(h) for h in blocked_hosts)
+        self._allowed = None if allowed_hosts is None else tuple(_pattern(h, "allowed_hosts") for h in allowed_hosts)
+        self._blocked = tuple(_pattern(h, "blocked_hosts") for h in blocked_hosts)
+        self.allowed_hosts = None if self._allowed is None else tuple(p.text for p in self._allowed)
+        self.blocked_hosts = tuple(p.text for p in self._blocked)
         self.allow_private = allow_private
         self.max_redirects = max_redirects
         self.max_bytes_limit = max_bytes_limit
         self.max_timeout = max_timeout
         self.user_agent = user_agent
+        self.resolver = resolver
         bound = self.fetch_url
         self.fetch_url = bound.copy(check_permission=self.check_permission, timeout=max_timeout + 10)
 
@@ -122,7 +159,7 @@ class WebTools:
 
     # -- policy -------------------------------------------------------------------------------------------
     def check_permission(self, args: Mapping[str, Any], ctx: RuntimeContext) -> PermissionDecision | None:
-        """Deny URLs the policy refuses without a network lookup (scheme, host lists, IP literals)."""
+        """Deny URLs the policy refuses without a network lookup (the same check `fetch` makes per hop)."""
         url = args.get("url")
         if not isinstance(url, str):
             return None
@@ -130,29 +167,54 @@ class WebTools:
         return PermissionDecision.deny(reason) if reason is not None else None
 
     def refusal(self, url: str) -> str | None:
-        """Why the policy refuses `url` before any DNS lookup, or None."""
+        """Why the policy refuses `url` before any DNS lookup, or None (host names resolve later)."""
         try:
-            parts = urlsplit(url.strip())
-            host = parts.hostname
-            _ = parts.port  # raises ValueError for a bad port
-        except ValueError as exc:
-            return f"{url!r} is not a valid URL ({exc})"
-        if parts.scheme.lower() not in ("http", "https"):
-            return f"only http and https URLs may be fetched, not {parts.scheme or 'a URL without scheme'!r}"
-        if not host:
-            return f"{url!r} has no host"
-        host = _norm_host(host)
-        if any(_host_matches(host, pattern) for pattern in self.blocked_hosts):
-            return f"the host {host!r} is blocked"
-        if self.allowed_hosts is not None and not any(_host_matches(host, p) for p in self.allowed_hosts):
-            return f"the host {host!r} is not in the allowed hosts"
-        if not self.allow_private:
-            literal = _ip_literal(host)
-            if literal is not None and not is_public_address(literal):
-                return f"{host!r} is a private, loopback or link-local address"
-            if literal is None and (host in _PRIVATE_NAMES or host.endswith(".localhost")):
-                return f"{host!r} is a local host name"
+            self._target(url)
+        except _Refused as exc:
+            return str(exc)
         return None
+
+    def _target(self, url: str, base: URL | None = None) -> URL:
+        """The URL to request for `url` (relative to `base`), or `_Refused` with the reason."""
+        target, host, spelled = _parse_url(url, base)
+        reason = self._host_refusal(host, spelled)
+        if reason is not None:
+            raise _Refused(reason)
+        return target
+
+    def _host_refusal(self, host: _Host, spelled: str | None = None) -> str | None:
+        """Why the policy refuses a (normalised) host, or None; IP literals get the address check."""
+        shown = repr(host.name) if spelled is None or spelled == host.name else f"{spelled!r} ({host.name})"
+        if any(_matches(host, p, embedded=True) for p in self._blocked):
+            return f"the host {shown} is blocked"
+        if self._allowed is not None and not any(_matches(host, p, embedded=False) for p in self._allowed):
+            return f"the host {shown} is not in the allowed hosts"
+        if host.ip is not None:
+            what = self._address_refusal(host.ip)
+            return None if what is None else f"{shown} is {what}"
+        if not self.allow_private and (host.name in _LOCAL_NAMES or host.name.endswith(".localhost")):
+            return f"{shown} is a local host name"
+        return None
+
+    def _address_refusal(self, ip: IPAddress) -> str | None:
+        """What makes `ip` refused ("a blocked address", "a private ... address (...)"), or None."""
+        if any(_matches(_Host(ip.compressed, ip), p, embedded=True) for p in self._blocked):
+            return "a blocked address"
+        if not self.allow_private:
+            why = _non_public(ip)
+            if why is not None:
+                return f"a private, loopback or link-local address ({why})"
+        return None
+
+    def connector(self) -> aiohttp.TCPConnector:
+        """An aiohttp connector that refuses, at connect time, every address this policy refuses.
+
+        Host names go through a guarded resolver (no DNS cache; names and answers checked, host
+        lists included) and every socket is checked against the address it is about to connect to
+        (IP literals against the host lists too), so a session built on it cannot reach a refused
+        address whatever URL it is given. Scheme, credentials and redirects are `fetch`'s business.
+        """
+        return _Guard(self).connector()
 
     # -- fetching -----------------------------------------------------------------------------------------
     async def fetch(self, url: str, *, max_bytes: int = DEFAULT_MAX_BYTES, timeout: float = DEFAULT_TIMEOUT) -> str:
@@ -164,39 +226,42 @@ class WebTools:
             "User-Agent": self.user_agent,
             "Accept": "text/html,application/xhtml+xml,application/json;q=0.9,text/plain;q=0.8,*/*;q=0.5",
         }
-        current = url.strip()
+        guard = _Guard(self)
+        text, base = url.strip(), None
+        current = text
         try:
             async with (
                 asyncio.timeout(timeout),
                 aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(resolver=_guarded_resolver(self.allow_private), use_dns_cache=False),
+                    connector=guard.connector(),
                     headers=headers,
                     trust_env=False,
                     cookie_jar=aiohttp.DummyCookieJar(),
                 ) as session,
             ):
-                for hop in range(self.max_redirects + 1):
-                    reason = self.refusal(current)
-                    if reason is not None:
-                        prefix = "" if hop == 0 else f"redirected to {current}: "
-                        raise ToolRetry(f"Refused to fetch: {prefix}{reason}.")
-                    async with session.get(current, allow_redirects=False) as resp:
+                for _hop in range(self.max_redirects + 1):
+                    try:
+                        target = self._target(text, base)
+                    except _Refused as exc:
+                        prefix = "" if base is None else f"redirected to {_shown(text, base)}: "
+                        raise ToolRetry(f"Refused to fetch: {prefix}{exc}.") from None
+                    current = str(target)
+                    async with session.get(target, allow_redirects=False) as resp:
                         location = resp.headers.get("Location")
                         if resp.status in _REDIRECTS and location:
-                            current = urljoin(str(resp.url), location)
+                            text, base = location.strip(), resp.url
                             continue
                         return await _render(resp, max_bytes)
                 raise ToolRetry(f"Too many redirects (more than {self.max_redirects}) fetching {url}.")
         except TimeoutError:
             raise ToolRetry(f"Fetching {url} timed out after {timeout:g} s.") from None
-        except aiohttp.ClientConnectorError as exc:
-            blocked = _blocked_cause(exc)
-            if blocked is not None:
-                raise ToolRetry(f"Refused to fetch {current}: {blocked}.") from None
-            raise ToolRetry(f"Could not connect to {current}: {exc.os_error or exc}.") from None
-        except aiohttp.InvalidURL as exc:
-            raise ToolRetry(f"Invalid URL {str(exc.url)!r}.") from None
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, _BlockedAddressError) as exc:
+            if guard.refusals:
+                raise ToolRetry(f"Refused to fetch {current}: {guard.refusals[-1]}.") from None
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise ToolRetry(f"Could not connect to {current}: {exc.os_error or exc}.") from None
+            if isinstance(exc, aiohttp.InvalidURL):
+                raise ToolRetry(f"Invalid URL {str(exc.url)!r}.") from None
             raise ToolRetry(f"Fetching {current} failed: {type(exc).__name__}: {exc}.") from None
 
 
@@ -204,99 +269,405 @@ fetch_url = WebTools().fetch_url
 """``fetch_url`` with the default policy (public addresses only, no host lists)."""
 
 
-# -- addresses ----------------------------------------------------------------------------------------------
-def is_public_address(address: str) -> bool:
-    """Whether an IP address is globally routable (not private, loopback, link-local, reserved, multicast)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address):
-        mapped = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if mapped is not None and not is_public_address(str(mapped)):
-            return False
-    return bool(ip.is_global) and not ip.is_multicast and not ip.is_reserved and not ip.is_unspecified
+# -- hosts ----------------------------------------------------------------------------------------------------
+class _Refused(Exception):  # noqa: N818 - a refusal, with its reason as the message
+    """A URL or host the policy refuses; the message says why."""
 
 
-def _ip_literal(host: str) -> str | None:
-    """The IP address a host names literally, legacy IPv4 forms included (``127.1``, ``2130706433``)."""
-    bare = host.strip("[]").split("%", 1)[0]
+@dataclass(frozen=True, slots=True)
+class _Host:
+    """A host as the client connects to it: an IP address, or a lower-case ASCII name without trailing dots."""
+
+    name: str
+    ip: IPAddress | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    """An ``allowed_hosts`` / ``blocked_hosts`` entry: a normalised host, or a glob over normalised names."""
+
+    text: str
+    host: _Host | None = None
+
+
+_NUMBER_LABEL = re.compile(r"0x[0-9a-f]*|[0-9]+", re.IGNORECASE | re.ASCII)
+_IPV4_PART = re.compile(r"0x[0-9a-f]*|0[0-7]*|[1-9][0-9]*", re.IGNORECASE | re.ASCII)
+_LABEL = re.compile(r"[a-z0-9_-]{1,63}", re.ASCII)
+
+
+def _parse_url(url: str, base: URL | None = None) -> tuple[URL, _Host, str]:
+    """Parse `url` as aiohttp will (relative to `base`): the URL to request, its host, the host as spelled.
+
+    Raises `_Refused` for what cannot be fetched: not http(s), no host, credentials, a host that
+    does not normalise. A legacy IPv4 spelling is rewritten to dotted form, so the client connects
+    to the address checked whatever its own parser makes of the spelling.
+    """
+    URL = _yarl_url()  # noqa: N806 - the class
     try:
-        return str(ipaddress.ip_address(bare))
-    except ValueError:
-        pass
-    if _LEGACY_IPV4.fullmatch(bare):
+        parsed = URL(url)
+        original = URL(url, encoded=True)  # the host as written, before IDNA
+        spelled = original.raw_host
+        if base is not None:
+            parsed = base.join(parsed)
+    except UnicodeError as exc:  # before ValueError, its base class: IDNA failed both ways
+        raise _Refused(f"{url!r} has a host that is not a valid internationalised domain name ({exc})") from None
+    except (ValueError, TypeError) as exc:
+        raise _Refused(f"{url!r} is not a valid URL ({exc})") from None
+    if parsed.scheme not in ("http", "https"):
+        scheme = parsed.scheme or "a URL without scheme"
+        raise _Refused(f"only http and https URLs may be fetched, not {scheme!r}")
+    raw = parsed.raw_host
+    if not raw:
+        raise _Refused(f"{url!r} has no host")
+    authority = (parsed.raw_authority or "") + (original.raw_authority or "")
+    if "@" in authority:
+        raise _Refused(f"{url!r} has credentials (user@host) in it; they are not allowed")
+    if "[" in (original.raw_authority or "") and ":" not in raw:
+        raise _Refused(f"{url!r} has a bracketed host that is not an IPv6 address")
+    if spelled is not None and not spelled.isascii():
+        _check_idna(spelled, raw)
+    host = _canonical_host(raw)
+    if host.ip is not None and host.ip.version == 4 and raw != host.name:
+        parsed = parsed.with_host(host.name)
+    return parsed, host, spelled if spelled is not None else raw
+
+
+def _check_idna(spelled: str, encoded: str) -> None:
+    """Refuse a Unicode host that strict IDNA 2008 (UTS-46) rejects or maps elsewhere than the client did."""
+    idna = _idna()
+    try:
+        strict = idna.encode(spelled, uts46=True).decode("ascii")
+    except UnicodeError as exc:
+        raise _Refused(f"the host {spelled!r} is not a valid internationalised domain name ({exc})") from None
+    if strict.lower() != encoded.lower():
+        raise _Refused(f"the host {spelled!r} does not normalise unambiguously ({strict!r} or {encoded!r})")
+
+
+def _canonical_host(raw: str) -> _Host:
+    """The `_Host` for a host as the URL parser left it (already IDNA-encoded); `_Refused` if invalid."""
+    raw = raw.lower()
+    if ":" in raw:
+        address = raw.partition("%")[0]
         try:
-            return socket.inet_ntoa(socket.inet_aton(bare))
-        except OSError:
-            return None
+            ip6 = ipaddress.IPv6Address(address)
+        except ValueError:
+            raise _Refused(f"{raw!r} is not a valid IPv6 address") from None
+        return _Host(ip6.compressed, ip6)
+    if "%" in raw:
+        raise _Refused(f"{raw!r} is percent-encoded; a host must be spelled out")
+    name = raw.rstrip(".")
+    if not name:
+        raise _Refused(f"{raw!r} is not a host")
+    if len(name) > 253:
+        raise _Refused(f"the host {raw[:40]!r}... is too long")
+    labels = name.split(".")
+    if _NUMBER_LABEL.fullmatch(labels[-1]):
+        ip4 = _parse_ipv4(name)
+        if ip4 is None:
+            raise _Refused(f"{raw!r} looks like an IPv4 address but is not a valid one")
+        return _Host(str(ip4), ip4)
+    for label in labels:
+        if not _LABEL.fullmatch(label):
+            raise _Refused(f"{raw!r} is not a valid host name")
+        if label.startswith("xn--"):
+            idna = _idna()
+            try:
+                valid = idna.encode(idna.decode(label)).decode("ascii") == label
+            except UnicodeError:
+                valid = False
+            if not valid:
+                raise _Refused(f"{raw!r} is not a valid internationalised domain name ({label!r})")
+    return _Host(name)
+
+
+def _parse_ipv4(text: str) -> ipaddress.IPv4Address | None:
+    """The address ``inet_aton`` reads in `text` (1 to 4 decimal, octal or hex parts), or None."""
+    parts = text.split(".")
+    if len(parts) > 4 or not all(_IPV4_PART.fullmatch(part) for part in parts):
+        return None
+    numbers = [
+        int(part[2:] or "0", 16) if part[:2].lower() == "0x" else int(part, 8) if part[0] == "0" else int(part)
+        for part in parts
+    ]
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 256 ** (4 - len(head)):
+        return None
+    value = last
+    for i, n in enumerate(head):
+        value |= n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
+
+
+def _pattern(entry: str, what: str) -> _Pattern:
+    """Normalise a host-list entry like a URL host (globs: label by label); `UserError` if it is not one."""
+    text = entry.strip()
+    if any(c in _GLOB_CHARS for c in text):
+        idna = _idna()
+        try:
+            mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
+            labels = [
+                label if label.isascii() else idna.alabel(label).decode("ascii")
+                for label in mapped.rstrip(".").split(".")
+            ]
+        except UnicodeError as exc:
+            raise UserError(f"{what} entry {entry!r} is not a valid host pattern ({exc})") from None
+        return _Pattern(".".join(labels).lower())
+    bracketed = f"[{text}]" if ":" in text and not text.startswith("[") else text
+    try:
+        parsed, host, _ = _parse_url(f"http://{bracketed}/")
+    except _Refused as exc:
+        raise UserError(f"{what} entry {entry!r} is not a host name or IP address: {exc}") from None
+    if parsed.explicit_port is not None or parsed.raw_path != "/" or parsed.raw_query_string or parsed.raw_fragment:
+        raise UserError(f"{what} entry {entry!r} must be a host name or IP address only (no port or path)")
+    return _Pattern(host.name, host)
+
+
+def _matches(host: _Host, pattern: _Pattern, *, embedded: bool) -> bool:
+    """Whether `host` is `pattern`, a subdomain of it, or (IPs) the same address, `embedded` forms too."""
+    if pattern.host is None:
+        return fnmatch.fnmatchcase(host.name, pattern.text)
+    if pattern.host.ip is not None:
+        return host.ip is not None and bool(_aliases(host.ip, embedded) & _aliases(pattern.host.ip, False))
+    return host.ip is None and (host.name == pattern.text or host.name.endswith("." + pattern.text))
+
+
+def _shown(text: str, base: URL) -> str:
+    """A redirect target for messages: absolute if it parses, as sent otherwise."""
+    try:
+        return str(base.join(_yarl_url()(text)))
+    except (ValueError, TypeError, UnicodeError):
+        return text
+
+
+# -- addresses ----------------------------------------------------------------------------------------------
+_V4_SPECIAL = tuple(
+    (ipaddress.IPv4Network(net), what)
+    for net, what in (
+        ("0.0.0.0/8", "'this network', 0.0.0.0/8"),
+        ("10.0.0.0/8", "private, 10.0.0.0/8"),
+        ("100.64.0.0/10", "carrier-grade NAT, 100.64.0.0/10"),
+        ("127.0.0.0/8", "loopback, 127.0.0.0/8"),
+        ("169.254.0.0/16", "link-local, 169.254.0.0/16"),
+        ("172.16.0.0/12", "private, 172.16.0.0/12"),
+        ("192.0.0.0/24", "IETF protocol assignments, 192.0.0.0/24"),
+        ("192.0.2.0/24", "documentation, 192.0.2.0/24"),
+        ("192.88.99.0/24", "6to4 relay anycast, 192.88.99.0/24"),
+        ("192.168.0.0/16", "private, 192.168.0.0/16"),
+        ("198.18.0.0/15", "benchmarking, 198.18.0.0/15"),
+        ("198.51.100.0/24", "documentation, 198.51.100.0/24"),
+        ("203.0.113.0/24", "documentation, 203.0.113.0/24"),
+        ("224.0.0.0/4", "multicast, 224.0.0.0/4"),
+        ("240.0.0.0/4", "reserved, 240.0.0.0/4"),
+    )
+)
+_V6_SPECIAL = tuple(
+    (ipaddress.IPv6Network(net), what)
+    for net, what in (
+        ("::/128", "unspecified, ::"),
+        ("::1/128", "loopback, ::1"),
+        ("::/96", "IPv4-compatible, ::/96"),
+        ("64:ff9b:1::/48", "local-use NAT64, 64:ff9b:1::/48"),
+        ("100::/64", "discard-only, 100::/64"),
+        ("2001::/23", "IETF protocol assignments (Teredo ...), 2001::/23"),
+        ("2001:db8::/32", "documentation, 2001:db8::/32"),
+        ("3fff::/20", "documentation, 3fff::/20"),
+        ("5f00::/16", "segment routing, 5f00::/16"),
+        ("fc00::/7", "unique-local, fc00::/7"),
+        ("fe80::/10", "link-local, fe80::/10"),
+        ("fec0::/10", "site-local, fec0::/10"),
+        ("ff00::/8", "multicast, ff00::/8"),
+    )
+)
+_SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def is_public_address(address: str) -> bool:
+    """Whether an IP address is globally routable (not private, loopback, link-local, reserved, multicast).
+
+    IPv6 forms that embed an IPv4 address (mapped, translated, NAT64, 6to4) are public only if that
+    address is; the text must be a plain IP address (``fe80::1%eth0`` is accepted, ``127.1`` is not).
+    """
+    ip = _strict_ip(address)
+    return ip is not None and _non_public(ip) is None
+
+
+def _strict_ip(text: str) -> IPAddress | None:
+    """`text` as a canonical numeric IP address (a zone id ignored), or None: nothing a resolver would look up."""
+    try:
+        return ipaddress.ip_address(text.partition("%")[0])
+    except ValueError:
+        return None
+
+
+def _non_public(ip: IPAddress) -> str | None:
+    """What makes `ip` not globally routable ("loopback, 127.0.0.0/8"), or None if it is."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # the same endpoint, reached over IPv4
+            why = _non_public(ip.ipv4_mapped)
+            return None if why is None else f"IPv4-mapped {ip.ipv4_mapped}: {why}"
+        for embedded, how in _embedded_ipv4(ip):
+            why = _non_public(embedded)
+            if why is not None:
+                return f"{how} {embedded}: {why}"
+    special = _V4_SPECIAL if isinstance(ip, ipaddress.IPv4Address) else _V6_SPECIAL
+    for network, what in special:
+        if ip in network:
+            return what
+    if (
+        not ip.is_global
+        or ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    ):
+        return "not globally routable"
     return None
 
 
-def _norm_host(host: str) -> str:
-    return host.strip().strip("[]").rstrip(".").lower()
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """IPv4 addresses an IPv6 address carries (translated, NAT64, 6to4, Teredo, compatible), with how."""
+    low32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    found: list[tuple[ipaddress.IPv4Address, str]] = []
+    if ip in _SIIT:
+        found.append((low32, "IPv4-translated"))
+    if ip in _NAT64:
+        found.append((low32, "NAT64"))
+    if ip in _COMPATIBLE and int(ip) > 1:
+        found.append((low32, "IPv4-compatible"))
+    if ip.sixtofour is not None:
+        found.append((ip.sixtofour, "6to4"))
+    if ip.teredo is not None:
+        found.extend((address, "Teredo") for address in ip.teredo)
+    return found
 
 
-def _host_matches(host: str, pattern: str) -> bool:
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(host, pattern)
-    return host == pattern or host.endswith("." + pattern)
+def _aliases(ip: IPAddress, embedded: bool) -> set[IPAddress]:
+    """`ip` and the IPv4 address it is mapped from; with `embedded`, every IPv4 address it carries."""
+    out: set[IPAddress] = {ip}
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            out.add(ip.ipv4_mapped)
+        if embedded:
+            out.update(address for address, _ in _embedded_ipv4(ip))
+    return out
 
 
+# -- connect-time guard ---------------------------------------------------------------------------------------
 class _BlockedAddressError(OSError):
-    """Raised by the guarded resolver; aiohttp wraps it in a `ClientConnectorDNSError`."""
+    """Raised by the guarded resolver and socket factory; aiohttp wraps it in a `ClientConnectorError`."""
 
 
-def _blocked_cause(exc: BaseException) -> str | None:
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            return None
-        if isinstance(seen, _BlockedAddressError):
-            return str(seen)
-        os_error = getattr(seen, "os_error", None)
-        if isinstance(os_error, _BlockedAddressError):
-            return str(os_error)
-        seen = seen.__cause__
-    return None
+class _Guard:
+    """The connect-time half of a policy: a resolver and a socket factory that refuse what it refuses.
+
+    `refusals` records every refusal, so `fetch` reports the reason even when aiohttp merges errors.
+    """
+
+    def __init__(self, policy: WebTools) -> None:
+        self.policy = policy
+        self.refusals: list[str] = []
+        self._resolved: set[IPAddress] = set()
+
+    def _refuse(self, reason: str) -> _BlockedAddressError:
+        self.refusals.append(reason)
+        return _BlockedAddressError(reason)
+
+    def connector(self) -> aiohttp.TCPConnector:
+        client = _aiohttp()
+        if "socket_factory" not in inspect.signature(client.TCPConnector.__init__).parameters:
+            raise UserError(f"fetch_url needs aiohttp >= 3.12 (for its connect-time address check): {_INSTALL_HINT}")
+        connector: aiohttp.TCPConnector = client.TCPConnector(
+            resolver=_guarded_resolver(self),
+            use_dns_cache=False,
+            socket_factory=self.socket_factory,
+        )
+        return connector
+
+    async def resolve(
+        self, inner: AbstractResolver, host: str, port: int, family: socket.AddressFamily
+    ) -> list[ResolveResult]:
+        """Look `host` up with `inner`; refuse the name by policy, or the answer if any address is refused."""
+        try:
+            named = _canonical_host(host)
+        except _Refused as exc:
+            raise self._refuse(str(exc)) from None
+        reason = self.policy._host_refusal(named)
+        if reason is not None:
+            raise self._refuse(reason)
+        results = await inner.resolve(host, port, family)
+        for result in results:
+            ip = _strict_ip(result["host"])
+            what = "not a numeric address" if ip is None else self.policy._address_refusal(ip)
+            if what is not None:
+                raise self._refuse(f"{host!r} resolves to {result['host']}, {what}")
+        self._resolved.update(ip for result in results if (ip := _strict_ip(result["host"])) is not None)
+        return results
+
+    def socket_factory(self, addr_info: AddrInfoType) -> socket.socket:
+        """A socket for `addr_info`, after checking the address it will connect to (IP literals included)."""
+        family, type_, proto, _, sockaddr = addr_info
+        ip = _strict_ip(str(sockaddr[0]))
+        if ip is None:
+            raise self._refuse(f"{sockaddr[0]!r} is not a numeric address")
+        if ip in self._resolved:  # its name passed the host policy in `resolve`
+            what = self.policy._address_refusal(ip)
+            reason = None if what is None else f"{ip} is {what}"
+        else:  # an IP literal: aiohttp did not ask the resolver
+            reason = self.policy._host_refusal(_Host(ip.compressed, ip))
+        if reason is not None:
+            raise self._refuse(reason)
+        return socket.socket(family=family, type=type_, proto=proto)
+
+
+def _guarded_resolver(guard: _Guard) -> AbstractResolver:
+    import aiohttp
+    from aiohttp.abc import AbstractResolver
+
+    class GuardedResolver(AbstractResolver):
+        """Resolves with the policy's resolver (default: threaded), through `_Guard.resolve`."""
+
+        def __init__(self) -> None:
+            self._own = guard.policy.resolver is None
+            self._inner = aiohttp.ThreadedResolver() if guard.policy.resolver is None else guard.policy.resolver
+
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            return await guard.resolve(self._inner, host, port, family)
+
+        async def close(self) -> None:
+            if self._own:
+                await self._inner.close()
+
+    return GuardedResolver()
 
 
 def _aiohttp() -> Any:
     try:
         import aiohttp
     except ImportError:  # pragma: no cover - depends on the environment
-        raise UserError("fetch_url needs aiohttp: pip install 'agentrt[openai]' or pip install aiohttp") from None
+        raise UserError(f"fetch_url needs aiohttp: {_INSTALL_HINT}") from None
     return aiohttp
 
 
-def _guarded_resolver(allow_private: bool) -> aiohttp.abc.AbstractResolver:
-    import aiohttp
-    from aiohttp.abc import AbstractResolver, ResolveResult
+def _yarl_url() -> type[URL]:
+    try:
+        from yarl import URL
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise UserError(f"fetch_url needs aiohttp and yarl: {_INSTALL_HINT}") from None
+    return URL
 
-    class GuardedResolver(AbstractResolver):
-        """Resolves with the default resolver, then refuses non-public addresses."""
 
-        def __init__(self) -> None:
-            self._inner = aiohttp.ThreadedResolver()
-
-        async def resolve(
-            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-        ) -> list[ResolveResult]:
-            if not allow_private and (_norm_host(host) in _PRIVATE_NAMES or _norm_host(host).endswith(".localhost")):
-                raise _BlockedAddressError(f"{host!r} is a local host name")
-            results = await self._inner.resolve(host, port, family)
-            if not allow_private:
-                for result in results:
-                    if not is_public_address(result["host"]):
-                        raise _BlockedAddressError(
-                            f"{host!r} resolves to {result['host']}, a private, loopback or link-local address"
-                        )
-            return results
-
-        async def close(self) -> None:
-            await self._inner.close()
-
-    return GuardedResolver()
+def _idna() -> Any:
+    try:
+        import idna
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise UserError(f"fetch_url needs idna: {_INSTALL_HINT}") from None
+    return idna
 
 
 # -- content --------------------------------------------------------------------------------------------------
