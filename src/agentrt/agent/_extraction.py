@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentrt.message import Msg
 from agentrt.model.base import ChatModel, GenerateOptions
@@ -46,25 +47,38 @@ _MAX_FACTS = 10
 _MAX_CHARS = 4000
 
 
-def parse_facts(text: str) -> list[str]:
-    """The strings of the JSON array in a model reply (tolerant of prose or code fences around it)."""
-    start, end = text.find("["), text.rfind("]")
-    if start < 0 or end <= start:
-        return []
-    raw = text[start : end + 1]
-    data: Any
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        try:
-            import json_repair
+_FENCED = re.compile(r"```(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL | re.IGNORECASE)
+_PREVIEW = 80
 
-            data = json_repair.loads(raw)
-        except Exception:
-            return []
-    if not isinstance(data, list):
+
+def _preview(text: str) -> str:
+    """The start of a reply for a log line (replies echo the user's words: never log them whole)."""
+    flat = " ".join(text.split())
+    return repr(flat) if len(flat) <= _PREVIEW else f"{flat[:_PREVIEW]!r}... ({len(flat):,} characters)"
+
+
+def parse_facts(text: str) -> list[str]:
+    """The facts in an extraction reply: a JSON array of strings that is the whole reply or one fenced block.
+
+    Anything else (prose, even around brackets; an object; items that are not strings; invalid JSON)
+    yields no facts and is logged: guessing at an array inside prose stores prose as facts.
+    """
+    body = text.strip()
+    fenced = _FENCED.fullmatch(body)
+    if fenced is not None:
+        body = fenced.group(1).strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        logger.info("memory extraction stored nothing: the reply is not a JSON array: %s", _preview(text))
         return []
-    return [" ".join(item.split()) for item in data if isinstance(item, str) and item.strip()]
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        logger.warning("memory extraction stored nothing: the reply is not valid JSON (%s): %s", exc, _preview(text))
+        return []
+    if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+        logger.warning("memory extraction stored nothing: the reply is not an array of strings: %s", _preview(text))
+        return []
+    return [" ".join(item.split()) for item in data if item.strip()]
 
 
 def _clip(text: str) -> str:

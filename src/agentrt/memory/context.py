@@ -13,6 +13,13 @@ head and a tail. Before each model call the prompt (system + view + tools) is co
    conclusion;
 3. keep only the system prompt, the summary and the last `keep_recent_rounds` rounds.
 
+Still over the trigger, the tiers run again with fewer recent rounds (down to one): short rounds
+(a chat without tools) must leave the view too. The summary is rendered within half the target, so
+it cannot grow past the window turn after turn. Over the usable window even so, the view shrinks to
+the newest user message (or, within a call, the last round) and, for that request only, texts and
+results are cut and the summary shortened: no request exceeds the window unless the newest user
+message alone does, which raises `ContextWindowExceededError` before any model call.
+
 A cut never falls between a tool call and its results, and the user's first request (and the
 latest one, when it leaves the view) is kept verbatim in the summary. The summary, the view
 pointer and the truncation pointer are persisted in the session (`summary`, `summary_index` and
@@ -28,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from agentrt.errors import UserError
+from agentrt.errors import ContextWindowExceededError, UserError
 from agentrt.events import AgentEvent, ContextCompressed
 from agentrt.message import (
     AudioBlock,
@@ -43,7 +50,16 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.model.base import ChatModel, GenerateOptions, ToolSchema
-from agentrt.model.tokens import REPLY_PRIMER, TOOLS_OVERHEAD, TokenCounter, context_window, count_tokens
+from agentrt.model.tokens import (
+    MESSAGE_OVERHEAD,
+    REPLY_PRIMER,
+    TOOLS_OVERHEAD,
+    TokenCounter,
+    context_window,
+    count_text_tokens,
+    count_tokens,
+    estimate_text_tokens,
+)
 from agentrt.state.base import AgentState
 
 __all__ = [
@@ -92,7 +108,7 @@ New transcript to fold into the summary:
 {transcript}
 </transcript>
 
-Reply with the updated summary only."""
+Reply with the updated summary only, in at most about {length} tokens."""
 
 _SUMMARY_INTRO = (
     "Earlier messages of this conversation were compressed to fit the context window; "
@@ -118,8 +134,8 @@ class ContextConfig:
         reserve_output_tokens: Tokens kept free for the reply; None: the options' ``max_tokens`` if
             set, else ``min(4096, max_tokens // 8)``.
         keep_recent_rounds: Rounds (a model reply with its tool results, and the user input before
-            it) never truncated, summarised or dropped; a new user input not answered yet is kept
-            besides them.
+            it) not truncated, summarised or dropped while the prompt with them fits under the
+            trigger; a new user input not answered yet is kept besides them.
         tool_result_max_chars: Old tool results (and tool-call argument strings) longer than this
             are cut to a head and a tail in the prompt view (tier 1).
         max_summary_calls: Most summary model calls (tier 2) per compression.
@@ -340,6 +356,87 @@ def truncate_message(msg: Msg, limit: int) -> Msg | None:
     return msg.replace(content=blocks) if changed else None
 
 
+def _shorter(text: str, limit: int, what: str, model: ChatModel | str | None) -> str | None:
+    """`text` cut to `limit` characters if that saves tokens (a marker costs some), else None."""
+    if len(text) <= limit:
+        return None
+    cut = _cut_text(text, limit, what)
+    return cut if count_text_tokens(cut, model) < count_text_tokens(text, model) else None
+
+
+def _shorter_value(value: Any, limit: int, model: ChatModel | str | None) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        cut = _shorter(value, limit, "this argument", model)
+        return (value, False) if cut is None else (cut, True)
+    if isinstance(value, Mapping):
+        pairs = {key: _shorter_value(item, limit, model) for key, item in value.items()}
+        if any(hit for _, hit in pairs.values()):
+            return {key: item for key, (item, _) in pairs.items()}, True
+        return value, False
+    if isinstance(value, (list, tuple)):
+        items = [_shorter_value(item, limit, model) for item in value]
+        if any(hit for _, hit in items):
+            return [item for item, _ in items], True
+        return value, False
+    return value, False
+
+
+def _cut_message(msg: Msg, limit: int, model: ChatModel | str | None) -> Msg | None:
+    """`msg` with texts, tool results and tool-call argument strings cut to `limit` characters, or None.
+
+    The last resort for one call's prompt (never persisted); thinking blocks stay whole, since
+    providers reject altered signed reasoning.
+    """
+    blocks: list[ContentBlock] = []
+    changed = False
+    for block in msg.content:
+        kind = type(block)
+        if kind is TextBlock:
+            text_block: TextBlock = block  # type: ignore[assignment]
+            cut = _shorter(text_block.text, limit, "this message", model)
+            if cut is not None:
+                blocks.append(TextBlock(text=cut))
+                changed = True
+                continue
+        elif kind is ToolResultBlock:
+            result: ToolResultBlock = block  # type: ignore[assignment]
+            text, media = _result_text(result)
+            cut = _shorter(text, limit, f"this {result.name} result", model)
+            if cut is not None or media:
+                output = text if cut is None else cut
+                if media:
+                    output += f"\n[{media} attachment(s) of this result omitted to save context]"
+                blocks.append(
+                    ToolResultBlock(
+                        id=result.id, name=result.name, output=output, state=result.state, metadata=result.metadata
+                    )
+                )
+                changed = True
+                continue
+        elif kind is ToolUseBlock:
+            call: ToolUseBlock = block  # type: ignore[assignment]
+            new_input, hit = _shorter_value(call.input, limit, model)
+            if hit:
+                blocks.append(ToolUseBlock(id=call.id, name=call.name, input=new_input, metadata=call.metadata))
+                changed = True
+                continue
+        blocks.append(block)
+    return msg.replace(content=blocks) if changed else None
+
+
+def _longest_text(msg: Msg) -> int:
+    """The longest text, tool result or tool-call argument string in `msg`, in characters."""
+    longest = 0
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            longest = max(longest, len(block.text))
+        elif isinstance(block, ToolResultBlock):
+            longest = max(longest, len(_result_text(block)[0]))
+        elif isinstance(block, ToolUseBlock):
+            longest = max(longest, len(json.dumps(dict(block.input), ensure_ascii=False, default=str)))
+    return longest
+
+
 # --------------------------------------------------------------------------------------------------
 # the summariser's input (tier 2)
 # --------------------------------------------------------------------------------------------------
@@ -377,24 +474,85 @@ def _pin_text(msg: Msg, limit: int) -> str:
     return _clip(text, limit)
 
 
-def render_summary(meta: Mapping[str, Any]) -> str | None:
-    """The summary text shown in the prompt, from the compressor's bookkeeping."""
+def _compose(first: str | None, latest: str | None, body: str | None, omitted: Sequence[str]) -> str | None:
     parts: list[str] = []
-    pins = meta.get("pins") or {}
-    first, latest = pins.get("first"), pins.get("latest")
     if first:
         parts.append(f"The user's first request in this conversation (verbatim):\n{first}")
     if latest and latest != first:
         parts.append(f"The user's most recent request before the messages below (verbatim):\n{latest}")
-    body = meta.get("body")
     if body:
         parts.append(f"Summary of the earlier conversation:\n{body}")
-    omitted = meta.get("omitted") or ()
     if omitted:
         parts.append("Dropped from view without a summary:\n" + "\n".join(f"- {line}" for line in omitted))
     if not parts:
         return None
     return _SUMMARY_INTRO + "\n\n" + "\n\n".join(parts)
+
+
+def _clip_part(text: str, size_with: Callable[[str | None], int], budget: int) -> str | None:
+    """The longest head-and-tail cut of `text` for which ``size_with(cut)`` fits `budget`; None: drop it."""
+    base = size_with(None)
+    if base >= budget:
+        return None
+    full = size_with(text) - base
+    limit = min(len(text) - 1, len(text) * (budget - base) // max(1, full))
+    while limit > 0:
+        cut = _cut_text(text, limit, "this text")
+        if size_with(cut) <= budget:
+            return cut
+        limit = limit * 4 // 5
+    cut = _cut_text(text, 0, "this text")
+    return cut if size_with(cut) <= budget else None
+
+
+def render_summary(
+    meta: Mapping[str, Any], budget: int | None = None, measure: Callable[[str], int] | None = None
+) -> str | None:
+    """The summary text shown in the prompt, from the compressor's bookkeeping.
+
+    With a `budget` (tokens, as counted by `measure`) the text is made to fit it: the oldest
+    digest lines go first, then the body, the latest and the first request are cut to a head and a
+    tail, in that order; None when not even that fits. The bookkeeping itself keeps every part whole.
+    """
+    pins = meta.get("pins") or {}
+    parts: dict[str, Any] = {
+        "first": pins.get("first") or None,
+        "latest": pins.get("latest") or None,
+        "body": meta.get("body") or None,
+        "omitted": list(meta.get("omitted") or ()),
+    }
+
+    def compose() -> str | None:
+        return _compose(parts["first"], parts["latest"], parts["body"], parts["omitted"])
+
+    text = compose()
+    if budget is None or text is None:
+        return text
+    count = measure or estimate_text_tokens
+    size = count(text)
+    while size > budget and parts["omitted"]:
+        parts["omitted"].pop(0)  # the oldest digest line first
+        text = compose()
+        if text is None:
+            return None
+        size = count(text)
+    for name in ("body", "latest", "first"):
+        if size <= budget:
+            return text
+        if not parts[name]:
+            continue
+
+        def size_with(candidate: str | None, key: str = name) -> int:
+            parts[key] = candidate
+            rendered = compose()
+            return count(rendered) if rendered is not None else 0
+
+        parts[name] = _clip_part(parts[name], size_with, budget)
+        text = compose()
+        if text is None:
+            return None
+        size = count(text)
+    return text if size <= budget else None
 
 
 def _digest(messages: Sequence[Msg]) -> str:
@@ -583,18 +741,152 @@ class ContextCompressor:
         options: GenerateOptions | None,
         summary_model: Callable[[], ChatModel],
     ) -> tuple[list[Msg], int]:
-        """The prompt to send (compressed first if it is over the trigger) and its uncalibrated count."""
+        """The prompt to send (compressed first if it is over the trigger) and its uncalibrated count.
+
+        The prompt never exceeds the usable window: past the persisted tiers, the summary and the
+        newest round are cut for this call only. Raises `ContextWindowExceededError` (before any
+        model call) when the newest user message alone, or the newest round cut to the bone, cannot fit.
+        """
         state = run.state
         entries = self._view_entries(state)
         raw = self.raw_count(head, entries, tail, tools, model)
         limits = self.limits(model, options)
         tokens = self.counter.adjust(raw, model)
         if tokens > limits.trigger:
+            self._check_newest(state, head, tail, tools, model, limits)
             steps = await self.compress(run, head, tail, tools, model, options, summary_model, mode="auto")
             if steps:
                 entries = self._view_entries(state)
                 raw = self.raw_count(head, entries, tail, tools, model)
+            if self.counter.adjust(raw, model) > limits.usable:
+                entries = self._fit(state, head, entries, tail, tools, model, limits)
+                raw = self.raw_count(head, entries, tail, tools, model)
         return [*head, *(msg for msg, _ in entries), *tail], raw
+
+    def _newest_request(self, state: AgentState) -> Msg | None:
+        for msg in reversed(state.messages):
+            if _is_request(msg):
+                return msg
+        return None
+
+    def _check_newest(
+        self,
+        state: AgentState,
+        head: Sequence[Msg],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel,
+        limits: _Limits,
+    ) -> None:
+        """Raise `ContextWindowExceededError` when the newest user message cannot fit even alone."""
+        newest = self._newest_request(state)
+        if newest is None:
+            return
+        floor = self.counter.adjust(self.raw_count(head, [(newest, 0)], tail, tools, model), model)
+        if floor <= limits.usable:
+            return
+        size = self.counter.adjust(self._message_tokens(newest, 0, model), model)
+        raise ContextWindowExceededError(
+            f"the newest user message needs {size:,} tokens ({floor:,} with the system prompt, tool schemas and "
+            f"reminders), more than the {limits.usable:,} tokens the context window leaves for the prompt "
+            f"({limits.max_tokens:,} minus {limits.max_tokens - limits.usable:,} reserved for the reply); send a "
+            "shorter message or use a model with a larger window",
+            model=_model_key(model) or None,
+            body={
+                "message_tokens": size,
+                "prompt_tokens": floor,
+                "budget": limits.usable,
+                "max_tokens": limits.max_tokens,
+            },
+        )
+
+    def _fit(
+        self,
+        state: AgentState,
+        head: Sequence[Msg],
+        entries: list[tuple[Msg, int]],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel,
+        limits: _Limits,
+    ) -> list[tuple[Msg, int]]:
+        """`entries` made to fit the usable window for this call only (nothing persisted).
+
+        The messages after the summary are cut first if they alone are too big (tool results,
+        tool-call arguments and texts other than the newest user message, down to a marker), then
+        the summary gets the room left (re-rendered smaller, or left out).
+        """
+        usable = limits.usable
+
+        def size(view: Sequence[tuple[Msg, int]]) -> int:
+            return self.counter.adjust(self.raw_count(head, view, tail, tools, model), model)
+
+        has_summary = bool(state.summary) and min(state.summary_index, len(state.messages)) > 0
+        rest = entries[1:] if has_summary else entries
+        if size(rest) > usable:
+            newest = self._newest_request(state)
+            keep_id = newest.id if newest is not None else None
+            longest = max((_longest_text(msg) for msg, _ in rest), default=0)
+            low, high = 0, longest
+            best = self._cut_all(rest, 0, keep_id, model)
+            if size(best) > usable:
+                needed = size(best)
+                raise ContextWindowExceededError(
+                    f"the newest messages of this call (the last model reply and its tool results) need {needed:,} "
+                    f"tokens even with every text and tool result cut, more than the {usable:,} tokens the context "
+                    f"window leaves for the prompt ({limits.max_tokens:,} minus "
+                    f"{limits.max_tokens - usable:,} reserved for the reply)",
+                    model=_model_key(model) or None,
+                    body={"prompt_tokens": needed, "budget": usable, "max_tokens": limits.max_tokens},
+                )
+            while low < high:  # the largest cut that fits
+                mid = (low + high + 1) // 2
+                candidate = self._cut_all(rest, mid, keep_id, model)
+                if size(candidate) <= usable:
+                    low, best = mid, candidate
+                else:
+                    high = mid - 1
+            rest = best
+        if not has_summary:
+            return rest
+        meta = state.metadata.get(META_KEY) if state.metadata else None
+        if not isinstance(meta, Mapping):
+            return rest
+        ratio = self.counter.ratio(model)
+        room = int((usable - size(rest)) / ratio)
+        measure = self._summary_measure(model)
+        for _ in range(8):
+            text = render_summary(meta, room, measure) if room > 0 else None
+            if text is None:
+                break
+            candidate = [(self._summary_msg(text), 0), *rest]
+            if size(candidate) <= usable:
+                return candidate
+            room = room * 9 // 10
+        return rest
+
+    def _cut_all(
+        self, entries: Sequence[tuple[Msg, int]], limit: int, keep_id: str | None, model: ChatModel
+    ) -> list[tuple[Msg, int]]:
+        """Every message but `keep_id` with texts, tool results and argument strings cut to `limit` characters."""
+        out: list[tuple[Msg, int]] = []
+        for msg, tag in entries:
+            cut = None if msg.id == keep_id else _cut_message(msg, limit, model)
+            # A negative tag keeps these transient cuts apart from the persisted ones in the count cache.
+            out.append((msg, tag) if cut is None else (cut, -1 - limit))
+        return out
+
+    def _summary_budget(self, limits: _Limits, model: ChatModel | str | None) -> int:
+        """Most (uncalibrated) tokens the summary message may take: half the target."""
+        return max(64, int(limits.target // 2 / self.counter.ratio(model)))
+
+    def _summary_measure(self, model: ChatModel | str | None) -> Callable[[str], int]:
+        """Counts a summary text as the `<summary>` message that carries it (uncalibrated)."""
+
+        def measure(text: str) -> int:
+            return MESSAGE_OVERHEAD + count_text_tokens(f"<summary>\n{text}\n</summary>", model)
+
+        return measure
 
     # -- compression ----------------------------------------------------------------------------------------
     async def compress(
@@ -611,14 +903,18 @@ class ContextCompressor:
     ) -> list[Compression]:
         """Compress the session's view in tiers; returns the tiers applied (events are emitted on `run`).
 
-        ``auto``: until the prompt is under the trigger. ``overflow`` (the provider rejected the
-        prompt): until it is well under both the target and what was rejected, down to one round
-        and every tool result cut if need be. ``manual``: as far as tiers 1 and 2 go (tier 3 only
-        when no summary can be made), whatever the size.
+        ``auto``: until the prompt is under the trigger, keeping fewer recent rounds if need be (down
+        to one, then every tool result cut, then only the newest message or round when the prompt is
+        over the usable window). ``overflow`` (the provider rejected the prompt): until it is well
+        under both the target and what was rejected, down to the newest message or round.
+        ``manual``: as far as tiers 1 and 2 go (tier 3 only when no summary can be made), whatever the
+        size, never touching the recent rounds.
         """
         cfg = self.config
         state = run.state
         limits = self.limits(model, options)
+        room = self._summary_budget(limits, model)
+        measure_summary = self._summary_measure(model)
 
         def measure() -> int:
             return self.count_prompt(state, head, tail, tools, model)
@@ -655,43 +951,58 @@ class ContextCompressor:
             meta.update(old_meta)
             return False
 
-        # tier 1: cut old tool results in the view
-        if sizes[-1] > goal:
-            before = snapshot()
-            if self._tier1(run, meta, cfg.keep_recent_rounds):
-                settle(1, before)
-        # tier 2: summarise the oldest rounds
         summarised = False
+        summary_failed = False
         calls = 0
-        while sizes[-1] > goal and calls < cfg.max_summary_calls:
-            span = self._pick_span(state, sizes[-1] - sizing, model, summary_model)
-            if span is None:
+        # The configured recent rounds first; when they (with the summary) are still over the goal,
+        # fewer of them: a long conversation of short rounds must still leave older rounds behind.
+        levels = [cfg.keep_recent_rounds] if mode == "manual" else range(cfg.keep_recent_rounds, 0, -1)
+        for keep in levels:
+            if sizes[-1] <= goal:
                 break
-            calls += 1
+            # tier 1: cut old tool results in the view
             before = snapshot()
-            if not await self._tier2(run, meta, span, summary_model) or not settle(2, before):
-                break
-            summarised = True
-        # tier 3: keep the summary and the last rounds only
-        if sizes[-1] > goal and (mode != "manual" or not summarised):
+            if self._tier1(run, meta, keep):
+                settle(1, before)
+            # tier 2: summarise the oldest rounds
+            while sizes[-1] > goal and calls < cfg.max_summary_calls and not summary_failed:
+                span = self._pick_span(state, sizes[-1] - sizing, model, summary_model, keep, room)
+                if span is None:
+                    break
+                calls += 1
+                before = snapshot()
+                if not await self._tier2(run, meta, span, summary_model, room, measure_summary):
+                    summary_failed = True
+                    break
+                if not settle(2, before):
+                    break
+                summarised = True
+            # tier 3: keep the summary and the last rounds only
+            if sizes[-1] > goal and (mode != "manual" or not summarised):
+                before = snapshot()
+                if self._tier3(run, meta, self._protected_start(state, keep), room, measure_summary):
+                    settle(3, before)
+        if sizes[-1] > goal and mode != "manual":
+            # The last round itself is big: cut every tool result in the view.
             before = snapshot()
-            if self._tier3(run, meta, cfg.keep_recent_rounds):
+            if self._tier1(run, meta, 0):
+                settle(1, before)
+        if sizes[-1] > (goal if mode == "overflow" else limits.usable) and mode != "manual":
+            # Still over the window: keep only the newest user message (or, within a call, the last round).
+            before = snapshot()
+            if self._tier3(run, meta, self._floor_start(state), room, measure_summary):
                 settle(3, before)
         if sizes[-1] > goal and mode != "manual":
-            # Still too big: the recent rounds themselves are. Cut every tool result and keep one round.
-            before = snapshot()
-            changed = self._tier1(run, meta, 0)
-            changed = self._tier3(run, meta, 1) or changed
-            if changed:
-                settle(3, before)
-            if sizes[-1] > goal:
-                logger.warning(
-                    "context of session %r still holds %d tokens after compression (goal %d); the recent "
-                    "messages alone exceed it",
-                    state.session_id,
-                    sizes[-1],
-                    goal,
-                )
+            summary = self._message_tokens(self._summary_msg(state.summary), 0, model) if state.summary else 0
+            logger.warning(
+                "context of session %r still holds %d tokens after compression (goal %d, window %d for the "
+                "prompt): the summary takes %d, the system prompt, tools and the newest messages the rest",
+                state.session_id,
+                sizes[-1],
+                goal,
+                limits.usable,
+                summary,
+            )
         if steps:
             meta["compressions"] = int(meta.get("compressions", 0)) + 1
             run.set_field("metadata", {**(state.metadata or {}), META_KEY: meta})
@@ -701,6 +1012,16 @@ class ContextCompressor:
                     ContextCompressed, before_tokens=step.before_tokens, after_tokens=step.after_tokens, tier=step.tier
                 )
         return steps
+
+    def _floor_start(self, state: AgentState) -> int:
+        """Where the smallest view begins: the newest user message, or within a call the model's last reply."""
+        messages = state.messages
+        start = min(state.summary_index, len(messages))
+        for i in range(len(messages) - 1, start, -1):
+            msg = messages[i]
+            if (msg.role == "assistant" or _is_request(msg)) and is_round_start_safe(messages, i):
+                return i
+        return start
 
     def _protected_start(self, state: AgentState, keep: int) -> int:
         """Where the last `keep` rounds begin (the view start when there are fewer).
@@ -730,11 +1051,17 @@ class ContextCompressor:
         return True
 
     def _pick_span(
-        self, state: AgentState, need: int, model: ChatModel, summary_model: Callable[[], ChatModel]
+        self,
+        state: AgentState,
+        need: int,
+        model: ChatModel,
+        summary_model: Callable[[], ChatModel],
+        keep: int,
+        room: int,
     ) -> tuple[int, int] | None:
         """The oldest rounds ``[start, cut)`` whose removal frees about `need` tokens, in the summariser's budget."""
         start = min(state.summary_index, len(state.messages))
-        protected = self._protected_start(state, self.config.keep_recent_rounds)
+        protected = self._protected_start(state, keep)
         candidates = [c for c in round_starts(state.messages, start) if start < c <= protected]
         if not candidates:
             return None
@@ -744,7 +1071,7 @@ class ContextCompressor:
             logger.exception("cannot resolve the summary model")
             return None
         budget = max(1000, min(self.limits(model).usable, self.limits(sm).usable) // 2)
-        need += self.config.summary_max_tokens // 2  # the new summary takes some of the room back
+        need += min(self.config.summary_max_tokens, room) // 2  # the new summary takes some of the room back
         limit = self.config.tool_result_max_chars
         trunc = 0
         meta = state.metadata.get(META_KEY) if state.metadata else None
@@ -771,7 +1098,13 @@ class ContextCompressor:
         return None if chosen is None else (start, chosen)
 
     async def _tier2(
-        self, run: RunLike, meta: dict[str, Any], span: tuple[int, int], summary_model: Callable[[], ChatModel]
+        self,
+        run: RunLike,
+        meta: dict[str, Any],
+        span: tuple[int, int],
+        summary_model: Callable[[], ChatModel],
+        room: int,
+        measure: Callable[[str], int],
     ) -> bool:
         state = run.state
         start, cut = span
@@ -779,7 +1112,13 @@ class ContextCompressor:
         transcript = render_transcript(messages, 4 * self.config.tool_result_max_chars)
         request = [
             Msg.system(self.config.summary_prompt or SUMMARY_PROMPT),
-            Msg.user(_SUMMARY_REQUEST.format(previous=meta.get("body") or "(none yet)", transcript=transcript)),
+            Msg.user(
+                _SUMMARY_REQUEST.format(
+                    previous=meta.get("body") or "(none yet)",
+                    transcript=transcript,
+                    length=max(50, min(self.config.summary_max_tokens, room * 2 // 3)),
+                )
+            ),
         ]
         try:
             model = summary_model()
@@ -794,22 +1133,24 @@ class ContextCompressor:
             logger.warning("the summary model returned an empty summary; compressing without it")
             return False
         meta["body"] = body
-        self._move_start(run, meta, start, cut)
+        self._move_start(run, meta, start, cut, room, measure)
         return True
 
-    def _tier3(self, run: RunLike, meta: dict[str, Any], keep: int) -> bool:
+    def _tier3(self, run: RunLike, meta: dict[str, Any], cut: int, room: int, measure: Callable[[str], int]) -> bool:
+        """Drop ``messages[view start:cut]`` from the view with a one-line digest in the summary."""
         state = run.state
         start = min(state.summary_index, len(state.messages))
-        cut = self._protected_start(state, keep)
         if cut <= start:
             return False
         omitted = [*(meta.get("omitted") or ()), _digest(state.messages[start:cut])]
         meta["omitted"] = omitted[-_OMITTED_KEEP:]
-        self._move_start(run, meta, start, cut)
+        self._move_start(run, meta, start, cut, room, measure)
         return True
 
-    def _move_start(self, run: RunLike, meta: dict[str, Any], start: int, cut: int) -> None:
-        """Hide ``messages[start:cut]`` behind the summary, pinning the user's requests that leave the view."""
+    def _move_start(
+        self, run: RunLike, meta: dict[str, Any], start: int, cut: int, room: int, measure: Callable[[str], int]
+    ) -> None:
+        """Hide ``messages[start:cut]`` behind the summary (within `room` tokens), pinning requests that leave."""
         state = run.state
         messages = state.messages
         first = next((i for i, m in enumerate(messages) if _is_request(m)), None)
@@ -822,5 +1163,5 @@ class ContextCompressor:
             pins["latest"] = _pin_text(messages[latest], limit)
         meta["pins"] = pins
         run.set_field("summary_index", cut)
-        run.set_field("summary", render_summary(meta))
+        run.set_field("summary", render_summary(meta, room, measure))
         run.set_field("metadata", {**(state.metadata or {}), META_KEY: dict(meta)})

@@ -137,8 +137,8 @@ async def test_extraction_runs_after_the_reply_and_deduplicates(memory: Any) -> 
         called.set()
         await release.wait()
         return (
-            'Sure: ["The user lives in Lyon.", "The user prefers metric units.", '
-            '"the user prefers metric units", "The user is vegetarian"]'
+            '```json\n["The user lives in Lyon.", "The user prefers metric units.", '
+            '"the user prefers metric units", "The user is vegetarian"]\n```'
         )
 
     model = ScriptedModel(["Noted!"])
@@ -209,8 +209,10 @@ async def test_explicit_extraction(memory: Any) -> None:
 def test_parse_facts() -> None:
     assert parse_facts('```json\n["a", "b"]\n```') == ["a", "b"]
     assert parse_facts("nothing here") == []
-    assert parse_facts("['single quoted', ]") == ["single quoted"]
-    assert parse_facts('[1, "  spaced   out ", null]') == ["spaced out"]
+    assert parse_facts('  ["  spaced   out ", ""]\n') == ["spaced out"]
+    assert parse_facts("['single quoted', ]") == [], "not JSON: nothing is guessed"
+    assert parse_facts('[1, "a string", null]') == [], "only an array of strings"
+    assert parse_facts('Sure: ["a fact"]') == [], "only the whole reply or one fenced block"
     assert parse_facts('{"facts": 1}') == []
 
 
