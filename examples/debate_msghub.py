@@ -1,8 +1,10 @@
 """A debate in a `MsgHub`: two debaters hear each other, a judge hears everyone; offline.
 
-Each participant keeps its own session (``<hub session>/<name>``); what one says reaches the
-others through `observe`, as a user message named after the speaker. The scripted models look at
-the conversation they have heard, so the replies follow the debate.
+Inside the ``async with`` block every participant speaks and listens in the hub's context: a plain
+``await pro.call()`` runs there, and the others hear the reply (as a user message named after the
+speaker) before the call returns. Each agent keeps its own state for that session. After the
+block, calls are private again. The scripted models look at the conversation they have heard, so
+the replies follow the debate.
 
 Run: .venv/bin/python examples/debate_msghub.py
 """
@@ -74,14 +76,20 @@ async def main() -> None:
     async with MsgHub([pro, con, judge], announcement=announcement, ctx=ctx) as hub:
         for n in (1, 2):
             print(f"-- round {n}")
-            for reply in await hub.round(order=[pro, con]):
+            for speaker in (pro, con):
+                reply = await speaker.call()  # no ctx: the hub's; con and the judge hear pro, and so on
                 print(f"{reply.name}: {reply.text}")
-        verdict = await hub.call(judge, "Give your verdict.")
+        await hub.broadcast(Msg.user("Time is up. Judge, your verdict.", name="moderator"))
+        verdict = await judge.call()
         print(f"-- verdict\n{verdict.name}: {verdict.text}")
 
-    state = await judge.get_state("club", "debate-1/judge")
+    heard_before = len((await judge.get_state("club", "debate-1")).messages)
+    await pro.call("One more thing!", ctx)  # after the block: pro's own history only
+    state = await judge.get_state("club", "debate-1")
+    assert len(state.messages) == heard_before
     speakers = sorted({m.name or m.role for m in state.messages})
-    print(f"\nthe judge's own session holds {len(state.messages)} messages, from {speakers}")
+    print(f"\nthe judge's state for the debate holds {len(state.messages)} messages, from {speakers}")
+    print(f"pro's has {len((await pro.get_state('club', 'debate-1')).messages)} (it spoke once more, unheard)")
 
 
 if __name__ == "__main__":

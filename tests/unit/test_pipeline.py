@@ -93,8 +93,9 @@ async def test_sequential_shared_session_puts_every_member_in_the_callers_sessio
     store = InMemoryStateStore()
     a, b = agent("a", store=store), agent("b", store=store)
     await sequential([a, b], shared_session=True).call("x", CTX)
-    state = await a.get_state("u", "s")
-    assert [m.text for m in state.messages] == ["x", "a(x)", "a(x)", "b(a(x))"]
+    # The caller's session id for every member; each agent keeps its own state there.
+    assert [m.text for m in (await a.get_state("u", "s")).messages] == ["x", "a(x)"]
+    assert [m.text for m in (await b.get_state("u", "s")).messages] == ["a(x)", "b(a(x))"]
 
 
 async def test_sequential_stops_at_a_paused_member_and_the_answer_resumes_the_rest() -> None:
@@ -336,9 +337,9 @@ async def test_loop_of_writer_and_critic_until_approved() -> None:
     assert [r.messages[-1].text for r in model_of(writer).requests] == ["write", "needs work", "needs work"]
 
 
-# -- MsgHub -------------------------------------------------------------------------------------------------
-def speaker(name: str, store: InMemoryStateStore) -> ReActAgent:
-    """Replies with the names of the others it has heard so far."""
+# -- MsgHub (more in test_msghub_semantics.py) ------------------------------------------------------------------
+def speaker(name: str, store: InMemoryStateStore | None = None) -> ReActAgent:
+    """Replies with the names of the others it has heard so far (its own store unless one is given)."""
 
     def reply(request: ModelRequest) -> str:
         heard = [m.name or "?" for m in request.messages if m.role == "user"]
@@ -348,8 +349,7 @@ def speaker(name: str, store: InMemoryStateStore) -> ReActAgent:
 
 
 async def test_msghub_participants_observe_each_others_replies_with_names() -> None:
-    store = InMemoryStateStore()
-    alice, bob, carol = speaker("alice", store), speaker("bob", store), speaker("carol", store)
+    alice, bob, carol = speaker("alice"), speaker("bob"), speaker("carol")
     announcement = Msg.user("Topic: tabs or spaces?", name="moderator")
     async with MsgHub([alice, bob, carol], announcement=announcement, ctx=CTX) as hub:
         replies = await hub.round()
@@ -364,8 +364,8 @@ async def test_msghub_participants_observe_each_others_replies_with_names() -> N
         ("alice", "alice: alice heard moderator"),
         ("bob", "bob: bob heard moderator,alice"),
     ]
-    # Each participant has its own session; a participant's own reply stays an assistant message.
-    alice_state = await alice.get_state("u", "s/alice")
+    # Each participant has its own state for the hub's session; its own reply stays an assistant message.
+    alice_state = await alice.get_state("u", "s")
     assert [(m.role, m.name) for m in alice_state.messages] == [
         ("user", "moderator"),
         ("assistant", "alice"),
@@ -375,8 +375,7 @@ async def test_msghub_participants_observe_each_others_replies_with_names() -> N
 
 
 async def test_msghub_add_remove_broadcast_and_call() -> None:
-    store = InMemoryStateStore()
-    alice, bob, dave = speaker("alice", store), speaker("bob", store), speaker("dave", store)
+    alice, bob, dave = speaker("alice"), speaker("bob"), speaker("dave")
     async with MsgHub([alice, bob], ctx=CTX) as hub:
         await hub.call(alice, "start")
         hub.remove(bob)
@@ -385,37 +384,34 @@ async def test_msghub_add_remove_broadcast_and_call() -> None:
         await hub.broadcast(Msg.user("news", name="host"))
         reply = await hub.call("dave")
         assert reply.text == "dave heard host"  # dave joined after alice spoke
-    bob_state = await bob.get_state("u", "s/bob")
+    bob_state = await bob.get_state("u", "s")
     assert [m.text for m in bob_state.messages] == ["alice: alice heard ?"]  # removed before the news
-    alice_state = await alice.get_state("u", "s/alice")
+    alice_state = await alice.get_state("u", "s")
     assert [m.text for m in alice_state.messages][-2:] == ["news", "dave: dave heard host"]
 
 
 async def test_msghub_rejects_duplicate_names_and_non_agents() -> None:
-    store = InMemoryStateStore()
     with pytest.raises(UserError, match="named 'alice'"):
-        MsgHub([speaker("alice", store), speaker("alice", store)])
+        MsgHub([speaker("alice"), speaker("alice")])
     with pytest.raises(UserError, match="participant"):
         MsgHub(["alice"])  # type: ignore[list-item]
 
 
 async def test_msghub_shares_replies_of_participants_run_by_a_pipeline_without_duplicates() -> None:
-    store = InMemoryStateStore()
-    alice, bob, carol = speaker("alice", store), speaker("bob", store), speaker("carol", store)
+    alice, bob, carol = speaker("alice"), speaker("bob"), speaker("carol")
     async with MsgHub([alice, bob, carol], ctx=CTX) as hub:
-        reply = await sequential([alice, bob]).call("go", hub.ctx)
+        reply = await sequential([alice, bob], shared_session=True).call("go", hub.ctx)
     assert reply.text == "bob heard alice"  # alice's reply reached bob once (observed, not re-sent as input)
-    carol_state = await carol.get_state("u", "s/carol")
+    carol_state = await carol.get_state("u", "s")
     assert [m.name for m in carol_state.messages] == ["alice", "bob"]
 
 
 async def test_msghub_stream_events_shares_the_reply_at_the_end() -> None:
-    store = InMemoryStateStore()
-    alice, bob = speaker("alice", store), speaker("bob", store)
+    alice, bob = speaker("alice"), speaker("bob")
     async with MsgHub([alice, bob], ctx=CTX) as hub:
         events = await collect(hub.stream_events(alice, "hi"))
     assert events[-1].source == "alice"
-    assert [m.text for m in (await bob.get_state("u", "s/bob")).messages] == ["alice: alice heard ?"]
+    assert [m.text for m in (await bob.get_state("u", "s")).messages] == ["alice: alice heard ?"]
 
 
 def test_handoff_drops_tool_calls_and_thinking() -> None:
@@ -570,9 +566,8 @@ async def test_fanout_returns_a_paused_reply_skips_gather_and_points_at_the_memb
 
 # -- hubs and delegation ------------------------------------------------------------------------------------
 async def test_a_participant_delegating_to_a_pipeline_of_participants_does_not_deadlock() -> None:
-    store = InMemoryStateStore()
-    alice, carol = speaker("alice", store), speaker("carol", store)
-    team = sequential([alice], name="team")
+    alice, carol = speaker("alice"), speaker("carol")
+    team = sequential([alice], name="team", shared_session=True)
 
     def boss_plan(request: ModelRequest) -> Any:
         done = request.messages[-1].blocks(ev.ToolResultBlock)
@@ -580,13 +575,17 @@ async def test_a_participant_delegating_to_a_pipeline_of_participants_does_not_d
             return f"boss: {done[0].text}"
         return ToolUseBlock(id="t", name="team", input={"task": "report"})
 
-    boss = agent("boss", boss_plan, store=store)
-    boss.toolkit = Toolkit([team.as_tool()])
+    boss = agent("boss", boss_plan)
+    # alice works in the hub's own session: her reply is shared while boss's call (and lock) is running.
+    boss.toolkit = Toolkit([team.as_tool(session=lambda ctx: ctx.key[1])])
     async with MsgHub([boss, alice, carol], ctx=CTX) as hub:
         reply = await asyncio.wait_for(hub.call(boss, "go"), 5)
     assert reply.text == "boss: alice heard ?"
-    carol_heard = [m.name for m in (await carol.get_state("u", "s/carol")).messages]
+    carol_heard = [m.name for m in (await carol.get_state("u", "s")).messages]
     assert carol_heard == ["alice", "boss"]
+    boss_state = await boss.get_state("u", "s")  # boss has alice's reply as its tool result only
+    assert [m.name for m in boss_state.messages if m.role == "user" and m.name] == []
+    assert [m.text for m in (await alice.get_state("u", "s")).messages][-1] == "boss: boss: alice heard ?"
 
 
 async def test_nested_stream_brackets_each_composite() -> None:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import contextvars
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
-from agentrt.agent._run import current_run
+from agentrt.agent._scopes import SCOPES, announce, scope_ctx
+from agentrt.agent.base import AgentBase
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import (
@@ -209,32 +209,33 @@ def check_member(obj: Any, what: str) -> AgentLike:
     return result
 
 
-# -- hubs listening to replies ------------------------------------------------------------------------------
-class ReplyListener(Protocol):
-    """A `MsgHub` as seen from a composite: told about every member reply inside its block."""
-
-    async def _on_reply(self, agent: Any, reply: Msg) -> set[tuple[int, tuple[str, str]]]: ...
+# -- hubs --------------------------------------------------------------------------------------------------
+ListenerKey = tuple[int, tuple[str, str]]
+"""Who observes a message where: ``(id(agent), ctx.key)``."""
 
 
-LISTENERS: contextvars.ContextVar[tuple[ReplyListener, ...]] = contextvars.ContextVar("agentrt_msghubs", default=())
+def nodes(agent: AgentLike, ctx: RuntimeContext) -> Iterator[tuple[AgentLike, RuntimeContext]]:
+    """`agent` with `ctx`, then (for a composite) every member, recursively, with the context it runs in."""
+    yield agent, ctx
+    if isinstance(agent, Composite):
+        for member in agent.members:
+            yield from nodes(member, agent.member_ctx(member, ctx))
 
 
-async def notify(agent: Any, reply: Result) -> set[tuple[int, tuple[str, str]]]:
-    """Tell the hubs entered in this context that `agent` replied; returns who observed it (agent id, session)."""
-    listeners = LISTENERS.get()
-    if not listeners:
-        return set()
-    observed: set[tuple[int, tuple[str, str]]] = set()
-    for listener in listeners:
-        for msg in [reply] if isinstance(reply, Msg) else reply:
-            observed |= await listener._on_reply(agent, msg)
-    return observed
+def parts_of(reply: Msg) -> list[Msg]:
+    """The replies a message stands for: those a fan-out combined (recursively), else the message itself."""
+    replies = reply.metadata.get(META_REPLIES)
+    if isinstance(replies, list) and replies and all(isinstance(m, Msg) for m in replies):
+        return [p for m in replies for p in parts_of(m)]
+    return [reply]
 
 
-def running_key() -> tuple[int, tuple[str, str]] | None:
-    """The agent and session of the agent call this task runs inside (None outside any)."""
-    run = current_run.get()
-    return None if run is None else (id(run.agent), (run.user_id, run.session_id))
+def announces_itself(obj: Any) -> bool:
+    """Whether `obj` shares its own replies with the hubs it takes part in (agents and composites do).
+
+    Other agent-like objects are announced by whoever runs them (a composite, `MsgHub.call`).
+    """
+    return isinstance(obj, (AgentBase, Composite))
 
 
 # -- one composite call -------------------------------------------------------------------------------------
@@ -269,12 +270,11 @@ async def invoke(
     ctx: RuntimeContext,
     state: CallState,
     output: Any = None,
-    observed: set[tuple[int, tuple[str, str]]] | None = None,
 ) -> Result:
     """Run one member (streaming into `state.emit` when someone listens) and return its result.
 
-    The member's usage is counted, and the hubs entered in this context share its reply; the
-    participants that observed it are added to `observed`.
+    The member's usage is counted. Agents and composites share their replies with the hubs they take
+    part in themselves; the reply of any other agent-like member is announced here.
     """
     kwargs: dict[str, Any] = {"output": output} if output is not None else {}
     result: Any
@@ -295,9 +295,8 @@ async def invoke(
     if not (isinstance(result, Msg) or (isinstance(result, list) and all(isinstance(m, Msg) for m in result))):
         raise UserError(f"{member.name!r} returned {type(result).__name__!r}; members must return a Msg")
     state.add_usage(result)
-    seen = await notify(member, result)
-    if observed is not None:
-        observed |= seen
+    if SCOPES.get() and not announces_itself(member):
+        await announce(member, ctx, as_reply(result, member.name))
     return result
 
 
@@ -339,9 +338,11 @@ class Composite(abc.ABC, Generic[R]):
         """Run the composite on `input` in the session of `ctx` and return its result.
 
         `output` (a structured-output spec, as for `ReActAgent.call`) goes to the member that
-        produces the result.
+        produces the result. Without `ctx`, inside a `MsgHub` block the composite takes part in, it
+        runs in the hub's context; called in a hub's context, its reply is heard by the other
+        participants before this returns.
         """
-        ctx = _check_ctx(ctx)
+        ctx = self._ctx(ctx)
         return await self._execute(to_input(input, f"{self.name} input"), ctx, None, output)
 
     async def stream_events(
@@ -353,7 +354,7 @@ class Composite(abc.ABC, Generic[R]):
         composite's name and whose `msg` is its result (several replies combined into one `Msg`,
         with the replies in ``metadata["replies"]``). Closing the iterator early stops the run.
         """
-        ctx = _check_ctx(ctx)
+        ctx = self._ctx(ctx)
         messages = to_input(input, f"{self.name} input")
 
         async def produce(emit: Any) -> None:
@@ -433,6 +434,14 @@ class Composite(abc.ABC, Generic[R]):
         return ctx.child(session_id=f"{ctx.key[1]}/{member.name}")
 
     # -- internals ----------------------------------------------------------------------------------------------
+    def _ctx(self, ctx: RuntimeContext | None) -> RuntimeContext:
+        """The context of a call: `ctx`, else the innermost hub this composite takes part in, else the default."""
+        if ctx is None:
+            return (scope_ctx(self) if SCOPES.get() else None) or RuntimeContext()
+        if not isinstance(ctx, RuntimeContext):
+            raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
+        return ctx
+
     async def _execute(self, messages: list[Msg], ctx: RuntimeContext, emit: Emit | None, output: Any) -> R:
         key = ctx.key
         state = CallState(emit, self.name, key[1])
@@ -446,8 +455,11 @@ class Composite(abc.ABC, Generic[R]):
                 except Exception as exc:
                     state.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                     raise
-                state.event(ev.RunFinished, msg=self._as_msg(result))
-                return result
+                reply = self._as_msg(result)
+                state.event(ev.RunFinished, msg=reply)
+            if SCOPES.get():
+                await announce(self, ctx, reply)
+            return result
         finally:
             running.remove(state)
             if not running and self._running.get(key) is running:
@@ -485,11 +497,3 @@ async def member_paused(member: AgentLike, ctx: RuntimeContext) -> bool:
         return False
     state = await get_state(*ctx.key)
     return getattr(state, "pending", None) is not None
-
-
-def _check_ctx(ctx: RuntimeContext | None) -> RuntimeContext:
-    if ctx is None:
-        return RuntimeContext()
-    if not isinstance(ctx, RuntimeContext):
-        raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
-    return ctx

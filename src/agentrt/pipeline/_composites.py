@@ -23,6 +23,7 @@ from ._base import (
     as_reply,
     check_member,
     combine,
+    handoff,
     handoff_all,
     interrupted_reply,
     invoke,
@@ -33,6 +34,7 @@ from ._base import (
     member_paused,
     to_input,
 )
+from ._hub import heard
 
 __all__ = [
     "FanOut",
@@ -103,17 +105,13 @@ class Sequential(Composite[Msg]):
                 return interrupted_reply(self.name, state)
             member = steps[i]
             last = i == len(steps) - 1
-            observed: set[tuple[int, tuple[str, str]]] = set()
-            result = await invoke(
-                member, current, self.member_ctx(member, ctx), state, output if last else None, observed
-            )
+            result = await invoke(member, current, self.member_ctx(member, ctx), state, output if last else None)
             reply = as_reply(result, member.name)
             if is_stopped(reply) or last:
                 return _with_usage(reply, state)
             following = steps[i + 1]
             # A MsgHub may already have delivered the reply into that member's session.
-            delivered = (id(following), self.member_ctx(following, ctx).key) in observed
-            current = [] if delivered else handoff_all(result)
+            current = [] if heard(reply, following, self.member_ctx(following, ctx)) else handoff_all(result)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -203,7 +201,10 @@ class FanOut(Composite[R]):
             return _with_usage(combine(done, self.name), state)  # type: ignore[return-value]
         if is_agent(gather):
             agent = check_member(gather, "gather")
-            result = await invoke(agent, handoff_all(done), self.member_ctx(agent, ctx), state, output)
+            sub = self.member_ctx(agent, ctx)
+            # The replies a MsgHub already delivered into the gatherer's session are not passed again.
+            inputs = [handoff(r, label=True) for r in done if not heard(r, agent, sub)]
+            result = await invoke(agent, inputs, sub, state, output)
             return _with_usage(as_reply(result, agent.name), state)  # type: ignore[return-value]
         value = await maybe_await(gather(done))  # type: ignore[operator]
         if isinstance(value, str):
