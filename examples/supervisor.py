@@ -104,7 +104,7 @@ async def main() -> None:
             print(f"\ntokens: {tokens} -> the supervisor's reply counts {total}")
 
     for name in ("researcher", "writer"):
-        state = await store.load("bob", f"trip/{name}")
+        state = await store.load("bob", f"trip/{name}", agent=name)  # sessions belong to their agent
         print(f"session trip/{name}: {len(state.messages) if state else 0} messages")
 
 

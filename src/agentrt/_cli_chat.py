@@ -624,7 +624,7 @@ class ChatSession:
 
         from rich.table import Table
 
-        sessions = self._run(lambda: self.store.list_sessions(self.user_id))
+        sessions = self._run(lambda: self.store.list_sessions(self.user_id, agent=self.agent.state_key))
         if not sessions:
             self.console.print(f"no saved sessions for user {self.user_id!r} yet", style="dim", highlight=False)
             return

@@ -1,4 +1,4 @@
-"""``agentrt sessions``: list, show, export and delete stored sessions of any state store."""
+"""``agentrt sessions``: list, show, export, delete and migrate stored sessions of any state store."""
 
 # No `from __future__ import annotations`: typer reads these signatures at runtime.
 import asyncio
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from agentrt.message import Msg
-    from agentrt.state.base import AgentStateStore
+    from agentrt.state.base import AgentState, AgentStateStore
 
 __all__ = ["build_sessions_app", "render_messages"]
 
@@ -73,6 +73,33 @@ def render_messages(console: "Console", messages: "list[Msg]") -> None:
         )
 
 
+def _agent_label(agent: str) -> str:
+    return agent if agent else "-"
+
+
+def _whose(session: str, user: str, agent: str | None) -> str:
+    owner = "" if agent is None else f" of agent {agent!r}" if agent else " without an agent"
+    return f"session {session!r}{owner} for user {user!r}"
+
+
+async def _find(
+    store: "AgentStateStore", user: str, session: str, agent: str | None
+) -> "tuple[str, AgentState | None]":
+    """The session's agent and state; with no `agent`, the one agent that has a session with this id.
+
+    Raises ValueError naming the agents when several have one.
+    """
+    if agent is None:
+        owners = sorted({info.agent for info in await store.list_sessions(user) if info.session_id == session})
+        if len(owners) > 1:
+            names = ", ".join(repr(a) for a in owners)
+            raise ValueError(f"several agents have a session {session!r} ({names}): pass --agent")
+        if not owners:
+            return "", None
+        agent = owners[0]
+    return agent, await store.load(user, session, agent=agent)
+
+
 def build_sessions_app() -> "typer.Typer":
     """The ``sessions`` command group."""
     import typer
@@ -82,54 +109,83 @@ def build_sessions_app() -> "typer.Typer":
     from agentrt.context import ANONYMOUS_USER
 
     app = typer.Typer(help="Inspect the sessions kept in a state store.", no_args_is_help=True)
-    store_opt = typer.Option("--store", "-s", help="Store URL (default: AGENTRT_STATE_URL or ~/.agentrt/state.db).")
+    store_opt = typer.Option(
+        "--store", "--db", "-s", help="Store URL (default: AGENTRT_STATE_URL or ~/.agentrt/state.db)."
+    )
     user_opt = typer.Option("--user", "-u", help="The user whose sessions to read.")
+    agent_opt = typer.Option(
+        "--agent",
+        "-a",
+        help="The agent (its state_key) the session belongs to; '' for sessions written before sessions "
+        "had an agent. Default: the only agent with a session of that id.",
+    )
+
+    def load(store: str | None, user: str, session: str, agent: str | None) -> "tuple[str, AgentState]":
+        try:
+            owner, state = _run(store, lambda s: _find(s, user, session, agent))
+        except ValueError as exc:
+            Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
+            raise typer.Exit(1) from None
+        if state is None:
+            Console(stderr=True).print(f"[red]no {_whose(session, user, agent)}[/]", highlight=False)
+            raise typer.Exit(1)
+        return owner, state
 
     @app.command("list")
     def list_(
         store: Annotated[str | None, store_opt] = None,
         user: Annotated[str, user_opt] = ANONYMOUS_USER,
+        agent: Annotated[
+            str | None, typer.Option("--agent", "-a", help="Only this agent's sessions (default: every agent's).")
+        ] = None,
     ) -> None:
         """List a user's sessions, newest first."""
-        sessions = _run(store, lambda s: s.list_sessions(user))
-        table = Table("session", "messages", "revision", "updated")
+        sessions = _run(store, lambda s: s.list_sessions(user, agent=agent))
+        table = Table("agent", "session", "messages", "revision", "updated")
         for info in sessions:
-            table.add_row(info.session_id, str(info.message_count), str(info.revision), _when(info.updated_at))
-        Console().print(table if sessions else f"no sessions for user {user!r}")
+            table.add_row(
+                _agent_label(info.agent),
+                info.session_id,
+                str(info.message_count),
+                str(info.revision),
+                _when(info.updated_at),
+            )
+        owner = f" of agent {agent!r}" if agent else ""
+        Console().print(table if sessions else f"no sessions{owner} for user {user!r}")
 
     @app.command()
     def show(
         session: Annotated[str, typer.Argument(help="Session id.")],
         store: Annotated[str | None, store_opt] = None,
         user: Annotated[str, user_opt] = ANONYMOUS_USER,
+        agent: Annotated[str | None, agent_opt] = None,
     ) -> None:
         """Show a session's conversation and state."""
-        state = _run(store, lambda s: s.load(user, session))
+        owner, state = load(store, user, session, agent)
         console = Console()
-        if state is None:
-            console.print(f"[red]no session {session!r} for user {user!r}[/]")
-            raise typer.Exit(1)
         render_messages(console, state.messages)
         extras = {k: v for k, v in state.fields_dict().items() if v not in (None, (), [], {}, 0)}
         from rich.markup import escape
 
         summary = escape(json.dumps(extras, default=str)[:2000])
-        console.print(f"[dim]revision {state.revision}; {len(state.messages)} messages; {summary}[/]", markup=True)
+        console.print(
+            f"[dim]agent {escape(_agent_label(owner))}; revision {state.revision}; {len(state.messages)} messages; "
+            f"{summary}[/]",
+            markup=True,
+        )
 
     @app.command()
     def export(
         session: Annotated[str, typer.Argument(help="Session id.")],
         store: Annotated[str | None, store_opt] = None,
         user: Annotated[str, user_opt] = ANONYMOUS_USER,
+        agent: Annotated[str | None, agent_opt] = None,
         output: Annotated[str | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
     ) -> None:
         """Export a session as JSON (the versioned state format)."""
         from agentrt.state.codec import encode_state
 
-        state = _run(store, lambda s: s.load(user, session))
-        if state is None:
-            Console(stderr=True).print(f"[red]no session {session!r} for user {user!r}[/]")
-            raise typer.Exit(1)
+        _, state = load(store, user, session, agent)
         text = json.dumps(encode_state(state), ensure_ascii=False, indent=2)
         if output:
             with open(output, "w", encoding="utf-8") as fh:
@@ -142,14 +198,67 @@ def build_sessions_app() -> "typer.Typer":
         session: Annotated[str, typer.Argument(help="Session id.")],
         store: Annotated[str | None, store_opt] = None,
         user: Annotated[str, user_opt] = ANONYMOUS_USER,
+        agent: Annotated[str | None, agent_opt] = None,
         yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     ) -> None:
         """Delete a session."""
-        if not yes and not typer.confirm(f"Delete session {session!r} of user {user!r}?"):
+
+        async def work(s: "AgentStateStore") -> tuple[str, bool] | None:
+            owner, state = await _find(s, user, session, agent)
+            if state is None:
+                return None
+            if not yes and not typer.confirm(f"Delete {_whose(session, user, owner)}?"):
+                raise typer.Exit(1)
+            return owner, await s.delete(user, session, agent=owner)
+
+        try:
+            done = _run(store, work)
+        except ValueError as exc:
+            Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
+            raise typer.Exit(1) from None
+        if done is None or not done[1]:
+            Console().print(f"no {_whose(session, user, agent)}", highlight=False)
             raise typer.Exit(1)
-        existed = _run(store, lambda s: s.delete(user, session))
-        Console().print("deleted" if existed else f"no session {session!r} for user {user!r}")
-        if not existed:
-            raise typer.Exit(1)
+        Console().print(f"deleted {_whose(session, user, done[0])}", highlight=False)
+
+    @app.command()
+    def migrate(
+        agent: Annotated[str, typer.Option("--agent", "-a", help="The agent (its state_key) sessions move to.")],
+        store: Annotated[str | None, store_opt] = None,
+        user: Annotated[
+            str | None, typer.Option("--user", "-u", help="Only this user's sessions (default: every user's).")
+        ] = None,
+        all_unprefixed: Annotated[
+            bool,
+            typer.Option(
+                "--all-unprefixed", help="Also move sessions whose id holds no ':' (written outside the server)."
+            ),
+        ] = False,
+        prefix: Annotated[
+            str | None,
+            typer.Option("--prefix", help="The name before ':' in the stored ids, when not AGENT (the served name)."),
+        ] = None,
+    ) -> None:
+        """Move sessions written before sessions had an agent to AGENT.
+
+        Sessions the server stored as '<agent>:<id>' become the agent's session '<id>'; with
+        --all-unprefixed, sessions whose id holds no ':' move too, keeping their id. A session whose
+        new address is taken stays where it is.
+        """
+        if not agent:
+            Console(stderr=True).print("[red]--agent must name an agent[/]")
+            raise typer.Exit(2)
+
+        async def work(s: "AgentStateStore") -> tuple[int, bool]:
+            mover = getattr(s, "migrate_legacy", None)
+            if mover is None:
+                raise typer.BadParameter(f"{type(s).__name__} cannot migrate sessions")
+            moved = await mover(agent, user_id=user, all_unprefixed=all_unprefixed, prefix=prefix)
+            return moved, bool(getattr(s, "has_legacy_sessions", False))
+
+        moved, left = _run(store, work)
+        plural = "" if moved == 1 else "s"
+        tail = "; sessions without an agent are left" if left else ""
+        Console().print(f"moved {moved} session{plural} to agent {agent!r}{tail}", highlight=False)
 
     return app

@@ -6,7 +6,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   tools and runtime) printing the ReAct trace.
 - ``agentrt chat --model ID [--tools builtin] [--session ID]``: an interactive chat (streaming,
   live tool calls, inline approvals, Ctrl-C interrupts a reply).
-- ``agentrt sessions list|show|export|delete --store URL --user ID``: inspect stored sessions.
+- ``agentrt sessions list|show|export|delete|migrate --store URL --user ID --agent NAME``: inspect
+  stored sessions; move sessions written before sessions had an agent to one.
 - ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE]``: serve agents over HTTP.
 - ``agentrt mcp serve MODULE:ATTR`` / ``agentrt mcp tools ...``: expose a toolkit or agent over MCP;
   list an MCP server's tools.

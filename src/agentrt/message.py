@@ -348,17 +348,32 @@ class Msg:
     # -- constructors -------------------------------------------------------------------
     @classmethod
     def user(cls, text: str, *, name: str | None = None, **metadata: Any) -> Msg:
-        """A user message holding `text`."""
+        """A user message holding `text` (other content: `Msg(role="user", content=[...])`, `Msg.tool_results`)."""
+        _require_text(text, "Msg.user")
         return cls(role="user", content=[TextBlock(text=text)], name=name, metadata=metadata)
+
+    @classmethod
+    def tool_results(cls, results: Iterable[ToolResultBlock], *, text: str = "") -> Msg:
+        """The user message returning results of external tools (``ToolResultBlock(id=..., name=..., output=...)``)."""
+        blocks = list(results)
+        for block in blocks:
+            if not isinstance(block, ToolResultBlock):
+                raise InvalidTypeError(f"Msg.tool_results takes ToolResultBlocks, not {type(block).__name__!r}")
+        if not blocks:
+            raise InvalidValueError("Msg.tool_results needs at least one ToolResultBlock")
+        content: list[ContentBlock] = [*blocks, TextBlock(text=text)] if text else list(blocks)
+        return cls(role="user", content=content)
 
     @classmethod
     def assistant(cls, text: str, *, name: str | None = None, **metadata: Any) -> Msg:
         """An assistant message holding `text`."""
+        _require_text(text, "Msg.assistant")
         return cls(role="assistant", content=[TextBlock(text=text)], name=name, metadata=metadata)
 
     @classmethod
     def system(cls, text: str, *, name: str | None = None) -> Msg:
         """A system message holding `text`."""
+        _require_text(text, "Msg.system")
         return cls(role="system", content=[TextBlock(text=text)], name=name)
 
     @classmethod
@@ -477,3 +492,13 @@ def as_messages(value: str | Msg | Sequence[Msg] | None, *, name: str | None = N
             out.append(item)
         return out
     raise InvalidTypeError(f"input must be a str, a Msg or a list of Msg, not {type(value).__name__!r}")
+
+
+def _require_text(text: object, where: str) -> None:
+    if not isinstance(text, str):
+        hint = (
+            "; return tool results with Msg.tool_results([...])"
+            if isinstance(text, (list, tuple)) and any(isinstance(b, ToolResultBlock) for b in text)
+            else "; build other content with Msg(role=..., content=[...])"
+        )
+        raise InvalidTypeError(f"{where} takes a str, not {type(text).__name__!r}{hint}")

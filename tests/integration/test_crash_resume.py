@@ -60,7 +60,7 @@ def _check_history(url: str, session: str, log: Path, prefix: str | None) -> Non
     async def load() -> list:
         store = store_from_url(url, **({"prefix": prefix} if prefix else {}))
         try:
-            state = await store.load("crash-user", session)
+            state = await store.load("crash-user", session, agent="crashy")
         finally:
             await store.close()
         assert state is not None

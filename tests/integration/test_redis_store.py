@@ -25,7 +25,7 @@ import agentrt
 from agentrt.errors import SessionBusyError, StateConflictError, StateStoreError
 from agentrt.message import Msg
 from agentrt.state import AgentState, codec
-from agentrt.state.stores.redis import RedisStateStore
+from agentrt.state.stores.redis import RedisStateStore, _id_token
 from agentrt.testing import check_state_store
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ async def raw(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 def _lock_key(store: RedisStateStore, user: str, session: str, part: str = "lock") -> str:
-    return f"{store._session_base(user, session)}:{part}"
+    return f"{store._session_base('', user, session)}:{part}"
 
 
 async def _run_python(code: str, *args: str) -> asyncio.subprocess.Process:
@@ -126,7 +126,7 @@ async def test_many_messages_in_one_write(redis_url: str, prefix: str) -> None:
 async def test_format_versions(redis_url: str, prefix: str, raw: aioredis.Redis) -> None:
     async with RedisStateStore(redis_url, prefix=prefix) as store:
         await store.append("u", "old", [Msg.user("hi")], fields={"metadata": {"legacy": "sum"}}, expected_revision=0)
-        hash_key = store._keys("u", "old")[0]
+        hash_key = store._keys("", "u", "old")[0]
         await raw.hset(hash_key, "version", 0)
 
         def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +161,7 @@ async def test_format_versions(redis_url: str, prefix: str, raw: aioredis.Redis)
 async def test_ttl_applied_and_refreshed(redis_url: str, prefix: str, raw: aioredis.Redis) -> None:
     async with RedisStateStore(redis_url, prefix=prefix, ttl=2.0) as store:
         await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
-        keys = store._keys("u", "s")
+        keys = store._keys("", "u", "s")
         for key in keys:
             assert 1500 < await raw.pttl(key) <= 2000, key
         await asyncio.sleep(0.5)
@@ -178,8 +178,8 @@ async def test_ttl_applied_and_refreshed(redis_url: str, prefix: str, raw: aiore
 
     async with RedisStateStore(redis_url, prefix=prefix) as forever:
         await forever.append("u", "kept", [Msg.user("hi")], expected_revision=0)
-        assert await raw.pttl(forever._keys("u", "kept")[0]) == -1, "no ttl: sessions never expire"
-        assert await raw.pttl(forever._keys("u", "kept")[2]) == -1, "the index outlives sessions without ttl"
+        assert await raw.pttl(forever._keys("", "u", "kept")[0]) == -1, "no ttl: sessions never expire"
+        assert await raw.pttl(forever._keys("", "u", "kept")[2]) == -1, "the index outlives sessions without ttl"
 
 
 async def test_expired_sessions_leave_the_listing(redis_url: str, prefix: str, raw: aioredis.Redis) -> None:
@@ -190,7 +190,7 @@ async def test_expired_sessions_leave_the_listing(redis_url: str, prefix: str, r
         assert {s.session_id for s in await store.list_sessions("u")} == {"old", "new"}
         await asyncio.sleep(0.6)  # "old" expired at 1.0 s, "new" lives until 1.6 s
         assert [s.session_id for s in await store.list_sessions("u")] == ["new"]
-        index = store._keys("u", "new")[2]
+        index = store._keys("", "u", "new")[2]
         assert await raw.zrange(index, 0, -1) == [b"new"], "expired sessions are pruned from the index"
         assert await store.load("u", "old") is None
         assert await store.append("u", "old", [Msg.user("again")], expected_revision=0) == 1, "expired: revision 0"
@@ -503,3 +503,86 @@ def test_store_survives_several_event_loops(redis_url: str, unique: str) -> None
 
     asyncio.run(finish())
     assert not store._loop_clients, "each loop's client is closed with its loop or by close()"
+
+
+# -- agents and the legacy layout --------------------------------------------------------------------
+
+
+async def test_agent_key_layout(redis_url: str, prefix: str, raw: aioredis.Redis) -> None:
+    async with RedisStateStore(redis_url, prefix=prefix, ttl=60) as store:
+        await store.append("u", "s", [Msg.user("a")], expected_revision=0, agent="alpha")
+        await store.append("u", "s", [Msg.user("b")], expected_revision=0, agent="beta:{x}")
+        async with store.session_lock("u", "s", agent="alpha"):
+            pass
+        keys = sorted([k.decode() async for k in raw.scan_iter(match=f"{prefix}:*")])
+        assert len({key_slot(k.encode()) for k in keys}) == 1, "a user's keys of every agent share one slot"
+        alpha = f"{prefix}:{{dQ}}:a:YWxwaGE"  # base64url of "u" and "alpha"
+        assert {f"{alpha}:s:cw:h", f"{alpha}:s:cw:m", f"{alpha}:index", f"{alpha}:s:cw:fence"} <= set(keys)
+        agents_key = f"{prefix}:{{dQ}}:agents"
+        assert await raw.zrange(agents_key, 0, -1) == [b"alpha", b"beta:{x}"]
+        for key in (agents_key, f"{alpha}:index", f"{alpha}:s:cw:h"):
+            assert 0 < await raw.pttl(key) <= 60_000, f"{key} expires with the sessions"
+        assert (await raw.hgetall(f"{alpha}:s:cw:h"))[b"agent"] == b"alpha"
+        assert store.has_legacy_sessions is False
+        assert await store.delete("u", "s", agent="alpha") is True
+        assert await raw.zrange(agents_key, 0, -1) == [b"beta:{x}"], "an agent without sessions leaves the set"
+        await raw.delete(store._keys("beta:{x}", "u", "s")[0])  # gone behind the store's back (e.g. expired)
+        assert await store.list_sessions("u") == []
+        assert await raw.exists(agents_key) == 0, "listing drops agents whose sessions are all gone"
+
+
+async def _legacy_session(raw: aioredis.Redis, prefix: str, user: str, session: str, texts: list[str]) -> str:
+    """Keys as agentrt wrote them before sessions had an agent: P:{U}:index and P:{U}:s:S:h / :m."""
+    base = f"{prefix}:{{{_id_token(user)}}}"
+    hash_key = f"{base}:s:{_id_token(session)}:h"
+    await raw.hset(
+        hash_key,
+        mapping={
+            "format": "agentrt.state",
+            "version": 1,
+            "user_id": user,
+            "session_id": session,
+            "revision": 2,
+            "created_at": 1000.0,
+            "updated_at": 2000.0,
+            "message_count": len(texts),
+            "f:summary": json.dumps("old"),
+        },
+    )
+    await raw.rpush(f"{base}:s:{_id_token(session)}:m", *(Msg.user(t).to_json() for t in texts))
+    await raw.zadd(f"{base}:index", {session: 2000.0})
+    return hash_key
+
+
+async def test_legacy_keys_are_read_as_agent_empty_and_migrated(
+    redis_url: str, prefix: str, raw: aioredis.Redis
+) -> None:
+    old = await _legacy_session(raw, prefix, "alice", "bot:s1", ["hello", "again"])
+    await raw.pexpire(old, 50_000)
+    await _legacy_session(raw, prefix, "alice", "plain", ["p"])
+    await _legacy_session(raw, prefix, "b" * 300, "other:x", ["b"])  # a hashed user token
+    async with RedisStateStore(redis_url, prefix=prefix) as store:
+        state = await store.load("alice", "bot:s1")
+        assert state is not None and state.agent == "" and [m.text for m in state.messages] == ["hello", "again"]
+        assert (state.revision, state.summary) == (2, "old")
+        assert store.has_legacy_sessions is True
+        assert await store.load("alice", "s1", agent="bot") is None
+        assert await store.migrate_legacy("bot") == 1
+        moved = store._keys("bot", "alice", "s1")[0]
+        assert await raw.exists(old) == 0 and await raw.exists(moved) == 1, "the keys were renamed"
+        assert 0 < await raw.pttl(moved) <= 50_000, "a moved session keeps its expiry"
+        stored = await raw.hgetall(moved)
+        assert (stored[b"agent"], stored[b"session_id"], stored[b"revision"]) == (b"bot", b"s1", b"2")
+        assert await raw.zrange(store._keys("bot", "alice", "s1")[2], 0, -1, withscores=True) == [(b"s1", 2000.0)]
+        state = await store.load("alice", "s1", agent="bot")
+        assert state is not None and [m.text for m in state.messages] == ["hello", "again"] and state.revision == 2
+        assert await store.append("alice", "s1", [Msg.user("new")], expected_revision=2, agent="bot") == 3
+        assert [(i.agent, i.session_id) for i in await store.list_sessions("alice")] == [("bot", "s1"), ("", "plain")]
+        assert await store.migrate_legacy("other") == 1
+        assert [(i.agent, i.session_id) for i in await store.list_sessions("b" * 300)] == [("other", "x")]
+        assert store.has_legacy_sessions is True
+        assert await store.migrate_legacy("bot", all_unprefixed=True) == 1
+        assert store.has_legacy_sessions is False
+    async with RedisStateStore(redis_url, prefix=prefix) as store:
+        await store.load("alice", "plain", agent="bot")
+        assert store.has_legacy_sessions is False, "a new store looks again"

@@ -45,7 +45,7 @@ def test_two_processes_one_session(shared_url: tuple[str, str]) -> None:
         option = {"prefix": prefix} if url.startswith("redis") else {"table_prefix": prefix}
         store = store_from_url(url, **option)
         try:
-            state = await store.load("two-procs", "one-session")
+            state = await store.load("two-procs", "one-session", agent="shared")
             assert state is not None
             texts = [m.text for m in state.messages]
             assert len(texts) == 4 * CALLS, "every call's input and reply are stored"

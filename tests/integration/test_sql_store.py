@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -14,12 +15,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql as sa_mysql
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentrt.errors import SessionBusyError, StateConflictError, StateStoreError, UserError
+from agentrt.errors import InvalidValueError, SessionBusyError, StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import AgentState
-from agentrt.state.stores.sql import SqlStateStore
+from agentrt.state.stores.sql import SqlStateStore, _Key
 from agentrt.testing import check_state_store
 
 pytestmark = pytest.mark.integration
@@ -118,6 +120,148 @@ async def test_long_and_awkward_ids(db_url: str, store: SqlStateStore) -> None:
         await store.append("u", "a\x00b", [], expected_revision=0)
 
 
+# -- tables of the previous version (sessions without an agent) -----------------------------------
+
+
+def _v1_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    """The tables as agentrt defined them before sessions belonged to an agent, verbatim."""
+    metadata = sa.MetaData()
+    long_text = sa.Text().with_variant(sa_mysql.LONGTEXT(), "mysql", "mariadb")
+    sessions = sa.Table(
+        f"{prefix}sessions",
+        metadata,
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("user_id_full", long_text, nullable=True),
+        sa.Column("session_id_full", long_text, nullable=True),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("doc", long_text, nullable=False),
+        sa.Column("message_count", sa.BigInteger(), nullable=False),
+        sa.Column("created_at", sa.Double(), nullable=False),
+        sa.Column("updated_at", sa.Double(), nullable=False),
+        sa.Index(f"{prefix}sessions_by_user", "user_id", "updated_at"),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    messages = sa.Table(
+        f"{prefix}messages",
+        metadata,
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+        sa.Column("body", long_text, nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    return metadata, sessions, messages
+
+
+async def _v1_database(url: str, prefix: str, sessions: dict[tuple[str, str], list[str]]) -> None:
+    metadata, s, m = _v1_tables(prefix)
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+            for i, ((user, session), texts) in enumerate(sessions.items()):
+                key = session if len(session) <= 255 else "sha256:" + hashlib.sha256(session.encode()).hexdigest()
+                doc = {
+                    "format": "agentrt.state",
+                    "version": 1,
+                    "user_id": user,
+                    "session_id": session,
+                    "summary": "old",
+                }
+                await conn.execute(
+                    sa.insert(s).values(
+                        user_id=user,
+                        session_id=key,
+                        session_id_full=None if key == session else session,
+                        revision=2,
+                        doc=json.dumps(doc),
+                        message_count=len(texts),
+                        created_at=1000.0 + i,
+                        updated_at=2000.0 + i,
+                    )
+                )
+                rows = [
+                    {"user_id": user, "session_id": key, "seq": n, "body": Msg.user(t).to_json()}
+                    for n, t in enumerate(texts)
+                ]
+                await conn.execute(sa.insert(m), rows)
+    finally:
+        await engine.dispose()
+
+
+async def test_tables_of_the_previous_version_are_migrated(db_url: str, prefix: str) -> None:
+    long_sid = "bot:" + "z" * 300
+    await _v1_database(
+        db_url,
+        prefix,
+        {("alice", "bot:s1"): ["hello", "again"], ("alice", "plain"): ["p"], ("alice", long_sid): ["long"]},
+    )
+    stores = [SqlStateStore(db_url, table_prefix=prefix) for _ in range(3)]  # first uses race on the migration
+    try:
+        loaded = await asyncio.gather(*(s.load("alice", "bot:s1") for s in stores))
+        for state in loaded:
+            assert state is not None and state.agent == "" and [m.text for m in state.messages] == ["hello", "again"]
+            assert (state.revision, state.summary, state.created_at) == (2, "old", 1000.0)
+        store = stores[0]
+        assert all(s.has_legacy_sessions for s in stores)
+        assert await store.load("alice", "s1", agent="bot") is None
+        assert await store.append("alice", "bot:s1", [Msg.user("old way")], expected_revision=2) == 3
+        assert await store.migrate_legacy("bot") == 2
+        assert store.has_legacy_sessions is True  # "plain" is left
+
+        def inspect(conn: sa.Connection) -> dict[str, Any]:
+            inspector = sa.inspect(conn)
+            return {
+                name: inspector.get_pk_constraint(f"{prefix}{name}")["constrained_columns"]
+                for name in ("sessions", "messages")
+            }
+
+        async with store.engine.connect() as conn:
+            assert await conn.run_sync(inspect) == {
+                "sessions": ["agent", "user_id", "session_id"],
+                "messages": ["agent", "user_id", "session_id", "seq"],
+            }
+            t = sa.table(f"{prefix}sessions", sa.column("agent"), sa.column("session_id_full"), sa.column("revision"))
+            rows = (await conn.execute(sa.select(t.c.agent, t.c.session_id_full, t.c.revision))).all()
+        assert sorted((bytes(a).decode() if isinstance(a, bytes) else a, f or "", r) for a, f, r in rows) == [
+            ("", "", 2),
+            ("bot", "", 3),
+            ("bot", "z" * 300, 2),
+        ], "moved rows keep their revision; a long id stays hashed with its original beside it"
+        state = await store.load("alice", "s1", agent="bot")
+        assert state is not None and [m.text for m in state.messages] == ["hello", "again", "old way"]
+        state = await store.load("alice", "z" * 300, agent="bot")
+        assert state is not None and [m.text for m in state.messages] == ["long"]
+        listed = {(i.agent, i.session_id) for i in await store.list_sessions("alice")}
+        assert listed == {("bot", "s1"), ("bot", "z" * 300), ("", "plain")}
+        assert await store.migrate_legacy("bot", all_unprefixed=True) == 1
+        assert store.has_legacy_sessions is False
+    finally:
+        for s in stores:
+            await s.close()
+    async with SqlStateStore(db_url, table_prefix=prefix) as again:  # migrated tables are left as they are
+        state = await again.load("alice", "plain", agent="bot")
+        assert state is not None and state.revision == 2 and again.has_legacy_sessions is False
+
+
+async def test_agents_are_part_of_the_key(db_url: str, store: SqlStateStore) -> None:
+    long_agent = "a" * 101  # past the agent column: stored as its hash, with the original beside it
+    await store.append("u", "s", [Msg.user("one")], expected_revision=0, agent="alpha")
+    await store.append("u", "s", [Msg.user("two")], expected_revision=0, agent=long_agent)
+    t = sa.table(f"{store.table_prefix}sessions", sa.column("agent"), sa.column("agent_full"))
+    async with store.engine.connect() as conn:
+        rows = (await conn.execute(sa.select(t.c.agent, t.c.agent_full))).all()
+    agents = sorted((bytes(a).decode() if isinstance(a, bytes) else a, full) for a, full in rows)
+    assert agents[0] == ("alpha", None)
+    assert agents[1][0].startswith("sha256:") and agents[1][1] == long_agent
+    assert {i.agent for i in await store.list_sessions("u")} == {"alpha", long_agent}
+    state = await store.load("u", "s", agent=long_agent)
+    assert state is not None and state.agent == long_agent and state.messages[0].text == "two"
+
+
 # -- compare-and-set ------------------------------------------------------------------------------
 
 
@@ -167,7 +311,7 @@ async def test_save_races_and_conflicts(store: SqlStateStore) -> None:
         await store.save(AgentState(user_id="u", session_id="s"), expected_revision=3)
     with pytest.raises(StateConflictError, match="at revision 8, not 0"):
         await store.append("u", "s", [], expected_revision=0)
-    with pytest.raises(StateConflictError):
+    with pytest.raises(InvalidValueError):  # a revision is never negative: a bug, not a conflict
         await store.append("u", "s", [], expected_revision=-1)
     with pytest.raises(UserError, match="unknown AgentState field"):
         await store.append("u", "s", [], fields={"nope": 1}, expected_revision=8)
@@ -282,7 +426,7 @@ async def test_waiting_process_is_not_starved(db_url: str, prefix: str) -> None:
 
 
 async def _kill_lock_holder(db_url: str, store: SqlStateStore) -> None:
-    params = store._lock_params("u", "s")
+    params = store._lock_params("", "u", "s")
     admin = create_async_engine(db_url, isolation_level="AUTOCOMMIT")
     try:
         async with admin.connect() as conn:

@@ -141,7 +141,7 @@ async def test_a_crash_while_the_tool_runs_leaves_the_call_interrupted_never_rer
     await agent.call("go", CTX)
     task = await start_held(agent, d, approve("c1"))
     # What a SIGKILL leaves: the store exactly as it is now (the running process is gone).
-    snapshot = await store.load("u", "s")
+    snapshot = await store.load("u", "s", agent="bot")
     assert snapshot is not None
     crashed = InMemoryStateStore()
     await crashed.save(snapshot)
@@ -301,7 +301,7 @@ async def _play(ops: list[str]) -> None:
                     agent.interrupt(CTX)
                     await task
                 else:
-                    snapshot = await store.load("u", "s")
+                    snapshot = await store.load("u", "s", agent="bot")
                     assert snapshot is not None
                     store = InMemoryStateStore()
                     await store.save(snapshot)

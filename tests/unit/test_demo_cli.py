@@ -122,7 +122,7 @@ async def test_demo_agent_uses_the_given_store_and_checkpoints_the_run() -> None
     console, _ = make_console()
     ctx = RuntimeContext(user_id="u1", session_id="s1")
     await run_demo(DEFAULT_QUESTION, console, agent=agent, ctx=ctx)
-    state = await store.load("u1", "s1")
+    state = await store.load("u1", "s1", agent="demo")
     assert state is not None
     # question, tool call, tool result, answer
     assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]

@@ -37,6 +37,7 @@ class Run:
         "_state",
         "_unsaved",
         "agent",
+        "agent_key",
         "ctx",
         "emit_fn",
         "executor",
@@ -45,6 +46,7 @@ class Run:
         "interrupt_requested",
         "options",
         "output",
+        "parent",
         "reply_id",
         "session_id",
         "step",
@@ -65,6 +67,10 @@ class Run:
         output: Any = None,
     ) -> None:
         self.agent = agent
+        self.parent: Run | None = current_run.get()
+        """The call this one runs inside (a subagent's parent, a delegating participant), if any."""
+        self.agent_key: str = getattr(agent, "state_key", None) or agent.name
+        """The agent part of the session's address in the store (`AgentBase.state_key`)."""
         self.ctx = ctx
         self.user_id, self.session_id = ctx.key
         self.input = input
@@ -124,7 +130,7 @@ class Run:
         """The session's state as this call sees it (loaded at the start of the call)."""
         state = self._state
         if state is None:
-            state = self._state = AgentState(user_id=self.user_id, session_id=self.session_id)
+            state = self._state = AgentState(agent=self.agent_key, user_id=self.user_id, session_id=self.session_id)
         return state
 
     @state.setter
@@ -149,8 +155,31 @@ class Run:
         return bool(self._unsaved or self._dirty)
 
     async def load(self) -> None:
-        """Load the session's state from the store (a new session starts empty)."""
-        self._state = await self.store.load(self.user_id, self.session_id)
+        """Load the session's state from the store (a new session starts empty).
+
+        A store holding sessions written before sessions belonged to an agent is read as a
+        fallback: the server's ``"<agent>:<session>"`` rows, then the shared ``(user, session)``
+        row; what is found is copied under this agent's own address (the legacy row stays).
+        """
+        store = self.store
+        state = await store.load(self.user_id, self.session_id, agent=self.agent_key)
+        if state is None and getattr(store, "has_legacy_sessions", False):
+            state = await self._adopt_legacy()
+        self._state = state
+
+    async def _adopt_legacy(self) -> AgentState | None:
+        store = self.store
+        for legacy_id in (f"{self.agent_key}:{self.session_id}", self.session_id):
+            legacy = await store.load(self.user_id, legacy_id, agent="")
+            if legacy is None:
+                continue
+            legacy.agent, legacy.session_id = self.agent_key, self.session_id
+            try:
+                legacy.revision = await store.save(legacy, expected_revision=0)
+            except StateConflictError:  # adopted meanwhile by another process: read theirs
+                return await store.load(self.user_id, self.session_id, agent=self.agent_key)
+            return legacy
+        return None
 
     async def checkpoint(self) -> None:
         """Persist unsaved messages and fields (O(new messages) for incremental stores)."""
@@ -159,7 +188,12 @@ class Run:
         messages, fields = self._unsaved, self._dirty
         try:
             revision = await self.store.append(
-                self.user_id, self.session_id, messages, fields=fields, expected_revision=self.state.revision
+                self.user_id,
+                self.session_id,
+                messages,
+                fields=fields,
+                expected_revision=self.state.revision,
+                agent=self.agent_key,
             )
         except StateConflictError:
             if getattr(self.agent, "conflict_policy", "merge") != "merge":
@@ -172,11 +206,11 @@ class Run:
     async def _merge(self, messages: list[Msg], fields: dict[str, Any] | None) -> int:
         # Another writer got in first: re-read, then append our messages after theirs.
         for _ in range(5):
-            latest = await self.store.load(self.user_id, self.session_id)
+            latest = await self.store.load(self.user_id, self.session_id, agent=self.agent_key)
             base = 0 if latest is None else latest.revision
             try:
                 revision = await self.store.append(
-                    self.user_id, self.session_id, messages, fields=fields, expected_revision=base
+                    self.user_id, self.session_id, messages, fields=fields, expected_revision=base, agent=self.agent_key
                 )
             except StateConflictError:
                 continue

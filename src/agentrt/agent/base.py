@@ -132,7 +132,7 @@ class AgentBase(abc.ABC):
         ctx = ctx or RuntimeContext.current() or RuntimeContext()
         user_id, session_id = ctx.key
         store = self.state_store
-        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout, agent=self.state_key):
             run = Run(self, ctx, messages, store, new_id(), None)
             await run.load()
             run.add_messages(*messages)
@@ -187,9 +187,9 @@ class AgentBase(abc.ABC):
 
     async def get_state(self, user_id: str | None = None, session_id: str | None = None) -> AgentState:
         """The stored state of a session (empty if it does not exist)."""
-        uid, sid = RuntimeContext(user_id, session_id).key
-        state = await self.state_store.load(uid, sid)
-        return state if state is not None else AgentState(user_id=uid, session_id=sid)
+        run = Run(self, RuntimeContext(user_id, session_id), [], self.state_store, "", None)
+        await run.load()
+        return run.state
 
     # -- internals ------------------------------------------------------------------------------------
     def _new_run(self, input: AgentInput, ctx: RuntimeContext | None, emit: Any, output: Any) -> Run:
@@ -202,7 +202,7 @@ class AgentBase(abc.ABC):
 
     async def _drive(self, run: Run) -> Msg:
         store = run.store
-        async with store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout):
+        async with store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout, agent=run.agent_key):
             running = self._running
             if running is None:
                 running = self._running = {}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentrt import events as ev
 from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
-from agentrt.agent._run import Run
+from agentrt.agent._run import Run, current_run
 from agentrt.agent.base import AgentBase
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
@@ -165,6 +165,7 @@ class ReActAgent(AgentBase):
         self.toolkit = toolkit if toolkit is not None else _EMPTY_TOOLKIT
         self.middlewares = tuple(middlewares)
         self.permission = permission
+        _warn_unmatched_rules(name, permission, self.toolkit)
         self.max_iters = max_iters
         self.options = options if options is not None else DEFAULT_OPTIONS
         self.conflict_policy = conflict_policy
@@ -300,7 +301,7 @@ class ReActAgent(AgentBase):
         """
         user_id, session_id = ctx.key
         store = self.state_store
-        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout, agent=self.state_key):
             run = Run(self, ctx, [], store, new_id(), None)
             run.options = self.options
             await run.load()
@@ -375,34 +376,79 @@ class ReActAgent(AgentBase):
         )
 
     async def activate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
-        """Make a tool group available in the session of `ctx`; returns the session's active groups."""
+        """Make a tool group available in the session of `ctx`; returns the session's active groups.
+
+        Called from a tool of a running call on that session, it applies to that call at once (its
+        next model call offers the group's tools) and is saved with the call's next checkpoint;
+        otherwise it takes the session lock and saves now.
+        """
         return await self._change_groups(ctx, name, add=True)
 
     async def deactivate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
-        """Hide a tool group in the session of `ctx`; returns the session's active groups."""
+        """Hide a tool group in the session of `ctx`; returns the session's active groups (see `activate_group`)."""
         return await self._change_groups(ctx, name, add=False)
 
     async def _change_groups(self, ctx: RuntimeContext, name: str, *, add: bool) -> list[str]:
+        if not isinstance(ctx, RuntimeContext):
+            raise UserError(f"ctx must be a RuntimeContext, not {type(ctx).__name__!r}")
         if name not in self.toolkit.groups:
             known = ", ".join(sorted(self.toolkit.groups)) or "(none)"
             raise UserError(f"unknown tool group {name!r}; groups: {known}")
+        running = self._own_running_call(ctx)
+        if running is not None:
+            # Our own session lock is held by this very call: change its working state, never wait.
+            return _apply_groups(running, self.toolkit.default_active_groups(), name, add)
         user_id, session_id = ctx.key
         store = self.state_store
-        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout):
+        async with store.session_lock(user_id, session_id, timeout=self.lock_timeout, agent=self.state_key):
             run = Run(self, ctx, [], store, "", None)
             await run.load()
-            current = run.state.active_groups
-            active = set(current if current is not None else self.toolkit.default_active_groups())
-            if add:
-                active.add(name)
-            else:
-                active.discard(name)
-            run.set_field("active_groups", sorted(active))
+            active = _apply_groups(run, self.toolkit.default_active_groups(), name, add)
             await run.checkpoint()
-            return sorted(active)
+            return active
+
+    def _own_running_call(self, ctx: RuntimeContext) -> Run | None:
+        """The call of this agent on `ctx`'s session that the current task runs inside, if any."""
+        run = current_run.get()
+        while run is not None:
+            if run.agent is self and (run.user_id, run.session_id) == ctx.key:
+                return run
+            run = run.parent
+        return None
 
     async def _execute(self, run: Run) -> Msg:
         reply = await _loop.run_call(self, run)
         if self.memory_extraction:
             self._start_extraction(run, reply)
         return reply
+
+
+def _apply_groups(run: Run, defaults: frozenset[str], name: str, add: bool) -> list[str]:
+    """Switch group `name` in `run`'s working state (saved at its next checkpoint) and in its executor."""
+    current = run.state.active_groups
+    active = set(current if current is not None else defaults)
+    if add:
+        active.add(name)
+    else:
+        active.discard(name)
+    run.set_field("active_groups", sorted(active))
+    if run.executor is not None:
+        run.executor.set_active_groups(frozenset(active))
+    return sorted(active)
+
+
+def _warn_unmatched_rules(agent_name: str, permission: Any, toolkit: Toolkit) -> None:
+    """Warn about permission rules that name no registered tool (a typo makes a deny rule do nothing)."""
+    rules = getattr(permission, "rules", None)
+    if not rules:
+        return
+    from agentrt.permission import unmatched_rules
+
+    for rule in unmatched_rules(rules, toolkit.tools):
+        logger.warning(
+            "agent %r: permission rule %s %r matches no registered tool (tools: %s); it will never apply",
+            agent_name,
+            rule.decision.value,
+            rule.tool,
+            ", ".join(sorted(toolkit.tools)) or "none",
+        )

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentrt.errors import SessionBusyError, StateConflictError
+from agentrt.errors import InvalidTypeError, InvalidValueError, SessionBusyError, StateConflictError
 from agentrt.message import (
     Base64Source,
     ImageBlock,
@@ -70,12 +70,21 @@ async def _expect_conflict(action: Awaitable[Any], what: str) -> None:
     raise AssertionError(f"{what}: expected StateConflictError")
 
 
+async def _expect(error: type[Exception], action: Awaitable[Any], what: str) -> None:
+    try:
+        await action
+    except error:
+        return
+    raise AssertionError(f"{what}: expected {error.__name__}")
+
+
 async def check_state_store(factory: StoreFactory, *, persistent: bool = False) -> None:
     """Run the store contract against stores made by `factory` (sync or async, returning a fresh store).
 
     With ``persistent=True`` a second store made by `factory` must see what the first one wrote
     (files, databases, Redis). Raises AssertionError naming the first broken rule. Every check
-    uses its own random user ids, so the suite can run against a shared database.
+    uses its own random user ids, so the suite can run against a shared database. Stores that have
+    ``migrate_legacy`` (every `BaseStateStore`) get their legacy migration checked too.
     """
     store = await _make(factory)
     try:
@@ -100,6 +109,7 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     state = await store.load(user, "s1")
     assert state is not None, "appended session must load"
     assert (state.user_id, state.session_id, state.revision) == (user, "s1", 1), "ids and revision must round-trip"
+    assert state.agent == "", "a session written without an agent belongs to the agent ''"
     assert state.messages == msgs[:2], "messages must round-trip exactly (ids, blocks, metadata, usage, timestamps)"
 
     # stale revision
@@ -149,7 +159,7 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     await store.append(other, "s1", _sample_messages("b"), expected_revision=0)
     sessions = await store.list_sessions(user)
     assert {s.session_id for s in sessions} == {"s1", "s2"}, f"list_sessions must list only the user's: {sessions}"
-    assert all(s.user_id == user for s in sessions), "listed sessions must belong to the user"
+    assert all(s.user_id == user and s.agent == "" for s in sessions), "listed sessions must belong to the user"
     by_id = {s.session_id: s for s in sessions}
     assert by_id["s2"].message_count == 4 and by_id["s1"].message_count == 1, "message counts must be right"
     assert sessions[0].updated_at >= sessions[-1].updated_at, "sessions must be listed newest first"
@@ -246,13 +256,182 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     rev = await store.append(user, "s2", [Msg.user("again")], expected_revision=0)
     assert rev == 1, "a deleted session starts again at revision 1"
 
+    await _check_revision_types(store, f"typed-{run}")
+    agents_user = f"agents-{run}"
+    await _check_agents(store, agents_user)
+    if hasattr(store, "migrate_legacy"):
+        await _check_migration(store, f"legacy-{run}")
+
     # a second store instance sees the same data (persistent backends) or is independent (in-memory)
     second_store = await _make(factory)
     try:
         seen = await second_store.load(user, "s1")
+        seen_agent = await second_store.load(agents_user, "shared", agent="beta")
     finally:
         await second_store.close()
     if persistent:
         assert seen is not None and seen.messages == msgs[:1], "a second store must see what the first wrote"
+        assert seen_agent is not None and seen_agent.agent == "beta", "a second store must see an agent's sessions"
     else:
         assert seen is None or seen.messages == msgs[:1], "a second store must see consistent data"
+
+
+async def _check_revision_types(store: AgentStateStore, user: str) -> None:
+    """expected_revision is an int >= 0 (None too for save), refused with a typed error before any write."""
+    for bad in (None, "0", 0.0, True, False, b"0"):
+        await _expect(
+            InvalidTypeError,
+            store.append(user, "typed", [Msg.user("x")], expected_revision=bad),  # type: ignore[arg-type]
+            f"append with expected_revision={bad!r}",
+        )
+    await _expect(
+        InvalidValueError,
+        store.append(user, "typed", [Msg.user("x")], expected_revision=-1),
+        "append with a negative expected_revision",
+    )
+    for bad in ("1", 1.0, True):
+        await _expect(
+            InvalidTypeError,
+            store.save(AgentState(user_id=user, session_id="typed"), expected_revision=bad),  # type: ignore[arg-type]
+            f"save with expected_revision={bad!r}",
+        )
+    await _expect(
+        InvalidValueError,
+        store.save(AgentState(user_id=user, session_id="typed"), expected_revision=-1),
+        "save with a negative expected_revision",
+    )
+    await _expect(
+        InvalidTypeError,
+        store.append(user, "typed", [Msg.user("x")], expected_revision=0, agent=None),  # type: ignore[arg-type]
+        "append with agent=None",
+    )
+    assert await store.load(user, "typed") is None, "a refused write must write nothing"
+    assert await store.list_sessions(user) == [], "a refused write must leave no session behind"
+
+
+async def _check_agents(store: AgentStateStore, user: str) -> None:
+    """Sessions belong to an agent: two agents on one (user, session) share nothing."""
+    rev = await store.append(user, "shared", [Msg.user("to alpha")], expected_revision=0, agent="alpha")
+    assert rev == 1
+    assert await store.load(user, "shared", agent="beta") is None, "another agent must not see the session"
+    assert await store.load(user, "shared") is None, "the agent '' must not see an agent's session"
+    rev = await store.append(user, "shared", [Msg.user("to beta")], expected_revision=0, agent="beta")
+    assert rev == 1, "each agent's session has its own revisions"
+    await _expect_conflict(
+        store.append(user, "shared", [], expected_revision=0, agent="alpha"), "append to an agent's session at rev 0"
+    )
+    rev = await store.append(user, "shared", [Msg.assistant("alpha again")], expected_revision=1, agent="alpha")
+    assert rev == 2
+    alpha = await store.load(user, "shared", agent="alpha")
+    beta = await store.load(user, "shared", agent="beta")
+    assert alpha is not None and beta is not None
+    assert (alpha.agent, alpha.revision, [m.text for m in alpha.messages]) == ("alpha", 2, ["to alpha", "alpha again"])
+    assert (beta.agent, beta.revision, [m.text for m in beta.messages]) == ("beta", 1, ["to beta"])
+    rev = await store.save(AgentState(agent="beta", user_id=user, session_id="saved", messages=[Msg.user("saved")]))
+    assert rev == 1, "save writes the session of state.agent"
+    assert await store.load(user, "saved", agent="alpha") is None, "save must write only state.agent's session"
+    saved = await store.load(user, "saved", agent="beta")
+    assert saved is not None and saved.agent == "beta" and saved.messages[0].text == "saved"
+    await store.append(user, "shared", [Msg.user("legacy")], expected_revision=0)
+
+    # awkward agent names never collide or escape, and are listed as given
+    awkward = ["../x", "a/b", "A", "a", "ünï-会话", "x" * 200, "a:b", "@a", ".", "~", "sha256:abc"]
+    for i, agent in enumerate(awkward):
+        await store.append(user, "aw", [Msg.user(f"agent {i}")], expected_revision=0, agent=agent)
+    for i, agent in enumerate(awkward):
+        state = await store.load(user, "aw", agent=agent)
+        assert state is not None and state.messages[0].text == f"agent {i}", f"agent {agent!r} must round-trip"
+
+    listed = {(s.agent, s.session_id) for s in await store.list_sessions(user)}
+    expected = {("alpha", "shared"), ("beta", "shared"), ("beta", "saved"), ("", "shared")}
+    expected |= {(agent, "aw") for agent in awkward}
+    assert listed == expected, f"list_sessions(agent=None) must list every agent's sessions: {listed ^ expected}"
+    only = await store.list_sessions(user, agent="beta")
+    assert {(s.agent, s.session_id) for s in only} == {("beta", "shared"), ("beta", "saved")}, "list of one agent"
+    legacy = await store.list_sessions(user, agent="")
+    assert [(s.agent, s.session_id) for s in legacy] == [("", "shared")], "list of the agent ''"
+    assert await store.list_sessions(user, agent="nobody") == [], "an agent without sessions lists nothing"
+
+    # locks are per (agent, user, session)
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def holder() -> None:
+        async with store.session_lock(user, "shared", agent="alpha"):
+            held.set()
+            await release.wait()
+
+    task = asyncio.ensure_future(holder())
+    try:
+        await held.wait()
+        async with store.session_lock(user, "shared", agent="beta", timeout=10):
+            pass  # another agent's session: free while alpha's is held
+        async with store.session_lock(user, "shared", timeout=10):
+            pass
+        try:
+            async with store.session_lock(user, "shared", agent="alpha", timeout=0.05):
+                raise AssertionError("a held session lock of an agent must not be acquired")
+        except SessionBusyError:
+            pass
+    finally:
+        release.set()
+        await task
+
+    # delete is per agent
+    assert await store.delete(user, "shared", agent="alpha") is True
+    assert await store.load(user, "shared", agent="alpha") is None, "a deleted session must be gone"
+    assert await store.delete(user, "shared", agent="alpha") is False
+    beta = await store.load(user, "shared", agent="beta")
+    legacy_state = await store.load(user, "shared")
+    assert beta is not None and legacy_state is not None, "delete must not touch another agent's session"
+    listed = {(s.agent, s.session_id) for s in await store.list_sessions(user)}
+    assert ("alpha", "shared") not in listed and ("beta", "shared") in listed, "a deleted session leaves the list"
+    for agent in awkward:
+        assert await store.delete(user, "aw", agent=agent) is True
+    assert {(s.agent, s.session_id) for s in await store.list_sessions(user)} == {
+        ("beta", "shared"),
+        ("beta", "saved"),
+        ("", "shared"),
+    }
+
+
+async def _check_migration(store: Any, user: str) -> None:
+    """`migrate_legacy` moves the agent's legacy sessions ("<agent>:<sid>", and unprefixed ones on request)."""
+    assert isinstance(store.has_legacy_sessions, bool), "has_legacy_sessions must be a bool"
+    await store.append(user, "alpha:one", [Msg.user("server one")], expected_revision=0)
+    await store.append(user, "alpha:two", [Msg.user("two")], fields={"summary": "sum"}, expected_revision=0)
+    await store.append(user, "alpha:two", [Msg.assistant("two again")], expected_revision=1)
+    for sid in ("beta:one", "plain", "x:y", "alpha:taken"):
+        await store.append(user, sid, [Msg.user(f"legacy {sid}")], expected_revision=0)
+    await store.append(user, "taken", [Msg.user("alpha's own")], expected_revision=0, agent="alpha")
+    await _expect(InvalidValueError, store.migrate_legacy(""), "migrate_legacy to the agent ''")
+
+    moved = await store.migrate_legacy("alpha", user_id=user)
+    assert moved == 2, f"two sessions named 'alpha:...' must move, not {moved}"
+    one = await store.load(user, "one", agent="alpha")
+    two = await store.load(user, "two", agent="alpha")
+    assert one is not None and [m.text for m in one.messages] == ["server one"], "a moved session keeps its messages"
+    assert two is not None and [m.text for m in two.messages] == ["two", "two again"] and two.summary == "sum"
+    assert (one.agent, one.session_id) == ("alpha", "one"), "a moved session has its new address"
+    assert await store.load(user, "alpha:one") is None, "a moved session leaves the legacy namespace"
+    taken = await store.load(user, "taken", agent="alpha")
+    assert taken is not None and taken.messages[0].text == "alpha's own", "migration must not overwrite a session"
+    assert await store.load(user, "alpha:taken") is not None, "a session that could not move stays"
+    rev = await store.append(user, "two", [Msg.user("after")], expected_revision=two.revision, agent="alpha")
+    assert rev == two.revision + 1, "a moved session takes appends at its revision"
+
+    moved = await store.migrate_legacy("alpha", user_id=user, all_unprefixed=True)
+    assert moved == 1, f"with all_unprefixed only the session without ':' moves, not {moved}"
+    plain = await store.load(user, "plain", agent="alpha")
+    assert plain is not None and plain.messages[0].text == "legacy plain"
+    assert await store.load(user, "plain") is None
+    left = {s.session_id for s in await store.list_sessions(user, agent="")}
+    assert left == {"beta:one", "x:y", "alpha:taken"}, f"other sessions stay in the legacy namespace: {left}"
+    assert await store.migrate_legacy("alpha", user_id=user) == 0, "a second migration moves nothing"
+    await store.append(user, "served-as:z", [Msg.user("served")], expected_revision=0)
+    moved = await store.migrate_legacy("alpha", user_id=user, prefix="served-as")
+    assert moved == 1, f"prefix names the agent part of the legacy ids, {moved} moved"
+    served = await store.load(user, "z", agent="alpha")
+    assert served is not None and served.messages[0].text == "served"
+    listed = {(s.agent, s.session_id) for s in await store.list_sessions(user, agent="alpha")}
+    assert listed == {("alpha", "one"), ("alpha", "two"), ("alpha", "plain"), ("alpha", "taken"), ("alpha", "z")}
+    assert isinstance(store.has_legacy_sessions, bool)

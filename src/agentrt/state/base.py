@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import abc
+import asyncio
+import logging
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Self, runtime_checkable
 
+from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError
 from agentrt.message import Msg
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
 
 __all__ = [
+    "LEGACY_AGENT",
     "STATE_FIELDS",
     "AgentState",
     "AgentStateStore",
     "BaseStateStore",
     "SessionInfo",
+    "check_agent",
+    "check_expected_revision",
+    "legacy_target",
 ]
+
+logger = logging.getLogger("agentrt.state")
+
+LEGACY_AGENT = ""
+"""The agent part of sessions written before sessions belonged to an agent (and of writes without one)."""
 
 SCHEMA_VERSION = 1
 
@@ -28,13 +41,14 @@ STATE_FIELDS = ("summary", "summary_index", "rules", "pending", "active_groups",
 
 @dataclass(slots=True, kw_only=True)
 class AgentState:
-    """Everything an agent remembers about one (user, session): its working copy during a call.
+    """Everything an agent remembers about one (agent, user, session): its working copy during a call.
 
     `messages` is the full transcript (append-only; compression shrinks only the prompt view via
     `summary` and `summary_index`). `revision` increases with every write and guards against
-    lost updates.
+    lost updates. `agent` is the agent's `state_key` ("" for sessions of the legacy namespace).
     """
 
+    agent: str = ""
     user_id: str = ""
     session_id: str = ""
     messages: list[Msg] = field(default_factory=list)
@@ -64,6 +78,7 @@ class AgentState:
 class SessionInfo:
     """A session as listed by `list_sessions`."""
 
+    agent: str = ""
     user_id: str
     session_id: str
     message_count: int
@@ -73,15 +88,18 @@ class SessionInfo:
 
 @runtime_checkable
 class AgentStateStore(Protocol):
-    """Where agents keep `AgentState`, addressed by ``(user_id, session_id)``.
+    """Where agents keep `AgentState`, addressed by ``(agent, user_id, session_id)``.
 
-    Writes are optimistic: `append` and `save` take the revision the writer last saw and raise
-    `StateConflictError` if the stored revision differs. A session that does not exist has
-    revision 0. Implement this protocol (or subclass `BaseStateStore`) and run
-    `agentrt.testing.check_state_store` against your backend.
+    `agent` is the agent's `state_key` (its name by default), so two agents on one store never
+    share a session; ``""`` is the legacy namespace (sessions written before sessions had an agent,
+    and writes that name none). Writes are optimistic: `append` and `save` take the revision the
+    writer last saw (an ``int >= 0``; anything else raises `InvalidTypeError` / `InvalidValueError`
+    before anything is written) and raise `StateConflictError` if the stored revision differs. A
+    session that does not exist has revision 0. Implement this protocol (or subclass
+    `BaseStateStore`) and run `agentrt.testing.check_state_store` against your backend.
     """
 
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
         ...
 
@@ -93,24 +111,28 @@ class AgentStateStore(Protocol):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append messages and set changed fields atomically; returns the new revision."""
         ...
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
-        """Replace the whole state (rarely needed); returns the new revision."""
+        """Replace the whole state of ``(state.agent, state.user_id, state.session_id)``; the new revision.
+
+        ``expected_revision=None`` writes whatever the stored revision is.
+        """
         ...
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove a session; True if it existed."""
         ...
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, most recently updated first."""
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions, most recently updated first: of every agent (None) or of one."""
         ...
 
     def session_lock(
-        self, user_id: str, session_id: str, *, timeout: float | None = None
+        self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
     ) -> AbstractAsyncContextManager[Any]:
         """An async context manager serialising calls on one session (across processes if shared)."""
         ...
@@ -121,15 +143,17 @@ class AgentStateStore(Protocol):
 
 
 class BaseStateStore(abc.ABC):
-    """Shared behaviour for backends: context-manager lifecycle and in-process session locks.
+    """Shared behaviour for backends: lifecycle, in-process session locks and legacy migration.
 
-    Backends shared between processes override `session_lock` with a distributed lock.
+    Backends shared between processes override `session_lock` with a distributed lock. Backends
+    with a legacy layout override `has_legacy_sessions` and `_legacy_sessions` (and may move
+    sessions natively by overriding `_move_legacy`).
     """
 
     _locks: LocalSessionLocks | None = None
 
     @abc.abstractmethod
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
 
     @abc.abstractmethod
@@ -141,27 +165,107 @@ class BaseStateStore(abc.ABC):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append messages and set changed fields atomically; returns the new revision."""
 
     @abc.abstractmethod
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
-        """Replace the whole state; returns the new revision."""
+        """Replace the whole state of ``(state.agent, state.user_id, state.session_id)``; the new revision."""
 
     @abc.abstractmethod
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove a session; True if it existed."""
 
     @abc.abstractmethod
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, most recently updated first."""
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions, most recently updated first: of every agent (None) or of one."""
 
-    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> SessionLockHold:
-        """In-process FIFO lock per session."""
+    def session_lock(
+        self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
+    ) -> SessionLockHold:
+        """In-process FIFO lock per (agent, user, session)."""
         locks = self._locks
         if locks is None:
             locks = self._locks = LocalSessionLocks()
-        return locks.hold((user_id, session_id), timeout=timeout)
+        return locks.hold((check_agent(agent), user_id, session_id), timeout=timeout)
+
+    # -- the legacy namespace ---------------------------------------------------------------------
+
+    @property
+    def has_legacy_sessions(self) -> bool:
+        """Whether the store held sessions of the legacy (agent ``""``) namespace when it was opened.
+
+        Checked once, during the store's first operation (so it is known after the first `load`),
+        and again after `migrate_legacy`. False for stores without a legacy layout.
+        """
+        return False
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        """``(user_id, session_id)`` of the legacy sessions (of one user, or of all when None)."""
+        return []
+
+    async def migrate_legacy(
+        self,
+        agent: str,
+        *,
+        user_id: str | None = None,
+        all_unprefixed: bool = False,
+        prefix: str | None = None,
+    ) -> int:
+        """Move legacy sessions (agent ``""``) that belong to `agent` under `agent`; the number moved.
+
+        A legacy session ``"<agent>:<sid>"`` (how the agentrt server named its sessions; the name
+        before the ``:`` is `prefix` when given, e.g. the name an agent was served under) becomes
+        ``(agent, user, "<sid>")``. With `all_unprefixed`, legacy sessions whose id holds no ``:``
+        (written by programs outside the server) move too, keeping their id; ids holding a ``:``
+        may be another agent's and stay. A session whose new address is already taken stays where
+        it is (nothing is overwritten). Only one user's sessions with `user_id`.
+        """
+        agent = check_agent(agent)
+        if not agent:
+            raise InvalidValueError("migrate_legacy needs the name of the agent the sessions move to")
+        owner = agent if prefix is None else check_agent(prefix)
+        moved = 0
+        for user, session_id in await self._legacy_sessions(user_id):
+            target = legacy_target(owner, session_id, all_unprefixed=all_unprefixed)
+            if target is None:
+                continue
+            outcome = await self._move_legacy(user, session_id, agent, target)
+            if outcome:
+                moved += 1
+            elif outcome is False:
+                logger.info(
+                    "legacy session %r of user %r not moved: agent %r already has a session %r",
+                    session_id,
+                    user,
+                    agent,
+                    target,
+                )
+        await self._recheck_legacy()
+        return moved
+
+    async def _move_legacy(self, user_id: str, session_id: str, agent: str, target: str) -> bool | None:
+        """Move one legacy session to ``(agent, user_id, target)``.
+
+        True when moved, False when the new address is taken, None when the session is gone
+        (moved or deleted meanwhile, e.g. by another process). This generic version copies (`save`
+        at revision 0, so an existing session is never overwritten) and then deletes the original,
+        both under the original's session lock.
+        """
+        async with self.session_lock(user_id, session_id):
+            state = await self.load(user_id, session_id)
+            if state is None:
+                return None
+            try:
+                await self.save(replace(state, agent=agent, session_id=target), expected_revision=0)
+            except StateConflictError:
+                return False
+            await self.delete(user_id, session_id)
+        return True
+
+    async def _recheck_legacy(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Refresh `has_legacy_sessions` (after a migration)."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release what the store opened (idempotent)."""
@@ -171,3 +275,73 @@ class BaseStateStore(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class LegacyFlag:
+    """`has_legacy_sessions` of a store: found by one async check the first time it is needed.
+
+    Concurrent first callers share the check and resume in arrival order (so FIFO session locks
+    taken right after stay FIFO); a failed check is tried again by the next caller.
+    """
+
+    __slots__ = ("_pending", "value")
+
+    def __init__(self) -> None:
+        self.value: bool | None = None
+        self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[bool]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def get(self, check: Callable[[], Awaitable[bool]]) -> bool:
+        """The flag, running `check` (once, shared) if it is not known yet."""
+        if self.value is not None:
+            return self.value
+        loop = asyncio.get_running_loop()
+        task = self._pending.get(loop)
+        if task is None:
+
+            async def run() -> bool:
+                return await check()
+
+            task = self._pending[loop] = loop.create_task(run())
+        try:
+            value = await asyncio.shield(task)
+        finally:
+            if task.done() and self._pending.get(loop) is task:
+                del self._pending[loop]
+        self.value = value
+        return value
+
+
+def check_agent(agent: object) -> str:
+    """`agent` if it is a str (`InvalidTypeError` otherwise): the agent part of a session's address."""
+    if not isinstance(agent, str):
+        raise InvalidTypeError(f"agent must be a str (the agent's state_key), not {type(agent).__name__}")
+    return agent
+
+
+def check_expected_revision(value: object, *, optional: bool = False) -> int | None:
+    """`value` if it is an int >= 0 (or None when `optional`), else a typed error: checked before any write.
+
+    Raises:
+        InvalidTypeError: `value` is not an int (bools are refused too), or None where not `optional`.
+        InvalidValueError: `value` is negative.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        wanted = "an int >= 0 or None" if optional else "an int >= 0 (0 for a new session)"
+        raise InvalidTypeError(f"expected_revision must be {wanted}, not {value!r}")
+    if value < 0:
+        raise InvalidValueError(f"expected_revision must be >= 0, not {value}")
+    return value
+
+
+def legacy_target(agent: str, session_id: str, *, all_unprefixed: bool = False) -> str | None:
+    """The session id a legacy session gets under `agent`, or None if it is not `agent`'s."""
+    prefix = agent + ":"
+    if session_id.startswith(prefix):
+        return session_id[len(prefix) :]
+    if all_unprefixed and ":" not in session_id:
+        return session_id
+    return None

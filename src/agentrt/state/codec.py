@@ -4,7 +4,7 @@ Format (version 1)::
 
     {
       "format": "agentrt.state", "version": 1,
-      "user_id": "...", "session_id": "...", "revision": 7,
+      "agent": "...", "user_id": "...", "session_id": "...", "revision": 7,
       "created_at": 1764460800.0, "updated_at": 1764460900.0,
       "summary": null, "summary_index": 0,
       "rules": [...], "pending": null, "active_groups": null,
@@ -13,6 +13,7 @@ Format (version 1)::
     }
 
 Older documents are upgraded on read by the functions registered with `register_migration`.
+``"agent"`` was added without a version bump: documents without it belong to the legacy agent ``""``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def encode_state(state: AgentState, *, include_messages: bool = True) -> dict[st
     doc: dict[str, Any] = {
         "format": FORMAT,
         "version": SCHEMA_VERSION,
+        "agent": state.agent,
         "user_id": state.user_id,
         "session_id": state.session_id,
         "revision": state.revision,
@@ -103,6 +105,7 @@ def decode_state(doc: Mapping[str, Any], messages: Iterable[Msg] | None = None) 
     if messages is None:
         messages = [decode_message(m) for m in data.get("messages") or ()]
     return AgentState(
+        agent=str(data.get("agent") or ""),
         user_id=str(data.get("user_id", "")),
         session_id=str(data.get("session_id", "")),
         messages=list(messages),

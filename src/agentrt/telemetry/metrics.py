@@ -183,8 +183,8 @@ class InstrumentedStateStore:
         self.metrics = metrics
         self.label = label if label is not None else type(store).__name__
 
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
-        return await self.wrapped.load(user_id, session_id)
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
+        return await self.wrapped.load(user_id, session_id, agent=agent)
 
     async def append(
         self,
@@ -194,25 +194,28 @@ class InstrumentedStateStore:
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         return await self.wrapped.append(
-            user_id, session_id, messages, fields=fields, expected_revision=expected_revision
+            user_id, session_id, messages, fields=fields, expected_revision=expected_revision, agent=agent
         )
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         return await self.wrapped.save(state, expected_revision=expected_revision)
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
-        return await self.wrapped.delete(user_id, session_id)
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
+        return await self.wrapped.delete(user_id, session_id, agent=agent)
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        return await self.wrapped.list_sessions(user_id)
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        return await self.wrapped.list_sessions(user_id, agent=agent)
 
     def session_lock(
-        self, user_id: str, session_id: str, *, timeout: float | None = None
+        self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
     ) -> AbstractAsyncContextManager[Any]:
         """The wrapped store's lock, with the wait until it is held recorded."""
-        return _TimedHold(self.wrapped.session_lock(user_id, session_id, timeout=timeout), self.metrics, self.label)
+        return _TimedHold(
+            self.wrapped.session_lock(user_id, session_id, timeout=timeout, agent=agent), self.metrics, self.label
+        )
 
     async def close(self) -> None:
         await self.wrapped.close()

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -216,9 +217,19 @@ def function_schema(
 # -- definition time -------------------------------------------------------------------------------
 
 
+_PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def _callable_name(fn: Any) -> str:
+    """The function's name as a tool name; a lambda (or any name providers reject) needs an explicit one."""
     name = getattr(fn, "__name__", None)
-    return name if isinstance(name, str) else type(fn).__name__
+    name = name if isinstance(name, str) else type(fn).__name__
+    if not _PROVIDER_NAME.fullmatch(name):
+        raise ToolDefinitionError(
+            f"cannot name a tool after {name!r} (providers accept only letters, digits, '_' and '-', up to 64 "
+            "characters): pass a name, e.g. tool(fn, name='lookup') or Tool.from_function(fn, name='lookup')"
+        )
+    return name
 
 
 def _signature(fn: Callable[..., Any], tool_name: str) -> inspect.Signature:

@@ -50,7 +50,7 @@ async def test_each_result_of_a_parallel_batch_is_checkpointed_as_it_lands() -> 
     agent = ReActAgent("bot", model=model, toolkit=Toolkit([fast, slow]), state_store=store)
     task = asyncio.create_task(agent.call("go", CTX))
     for _ in range(100):
-        state = await store.load("u", "s")
+        state = await store.load("u", "s", agent="bot")
         if state is not None and state.tool_state.get("in_flight"):
             break
         await asyncio.sleep(0.01)
@@ -60,7 +60,7 @@ async def test_each_result_of_a_parallel_batch_is_checkpointed_as_it_lands() -> 
     assert in_flight["assistant_id"] == state.messages[-1].id
     release.set()
     assert (await task).text == "ok"
-    final = await store.load("u", "s")
+    final = await store.load("u", "s", agent="bot")
     assert final is not None and "in_flight" not in final.tool_state
 
 
@@ -80,6 +80,7 @@ async def test_recovery_keeps_recorded_results_reruns_idempotent_tools_and_inter
         [Msg.user("pay"), assistant],
         fields={"tool_state": {"in_flight": {"assistant_id": assistant.id, "results": [recorded.to_dict()]}}},
         expected_revision=0,
+        agent="bot",
     )
     model = ScriptedModel(["recovered"])
     agent = ReActAgent("bot", model=model, toolkit=Toolkit([fast, lookup, charge]), state_store=store)
@@ -89,6 +90,6 @@ async def test_recovery_keeps_recorded_results_reruns_idempotent_tools_and_inter
     assert by_id["done"].output == "fast x (recorded before the crash)"
     assert by_id["again"].output == "value of k" and by_id["again"].state == "success"
     assert by_id["risky"].state == "interrupted"
-    state = await store.load("u", "s")
+    state = await store.load("u", "s", agent="bot")
     assert state is not None and "in_flight" not in state.tool_state
     assert [m.role for m in state.messages] == ["user", "assistant", "user", "user", "assistant"]

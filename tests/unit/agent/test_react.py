@@ -393,7 +393,7 @@ def test_construction_errors_are_user_errors() -> None:
 async def test_dangling_tool_calls_from_a_dead_run_are_closed() -> None:
     store = InMemoryStateStore()
     dangling = Msg(role="assistant", content=[call("add", a=1, b=2)])
-    await store.append("u", "s", [Msg.user("hi"), dangling], expected_revision=0)
+    await store.append("u", "s", [Msg.user("hi"), dangling], expected_revision=0, agent="bot")
     model = ScriptedModel(["recovered"])
     agent = make_agent(model, add, state_store=store)
     await agent.call("again", RuntimeContext(user_id="u", session_id="s"))
@@ -733,10 +733,10 @@ async def test_interrupt_while_the_state_is_loading_still_returns_interrupted() 
     release = asyncio.Event()
 
     class SlowStore(InMemoryStateStore):
-        async def load(self, user_id: str, session_id: str) -> Any:
+        async def load(self, user_id: str, session_id: str, *, agent: str = "") -> Any:
             entered.set()
             await release.wait()
-            return await super().load(user_id, session_id)
+            return await super().load(user_id, session_id, agent=agent)
 
     agent = make_agent(ScriptedModel(["never"]), state_store=SlowStore())
     ctx = RuntimeContext(user_id="u", session_id="s")

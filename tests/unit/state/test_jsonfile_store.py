@@ -364,3 +364,74 @@ async def test_field_that_is_not_unicode_is_refused(tmp_path: Path) -> None:
             await store.append("u", "s", [Msg.user("two")], fields={"summary": "\ud800"}, expected_revision=1)
         state = await store.load("u", "s")
         assert state is not None and [m.text for m in state.messages] == ["one"] and state.revision == 1
+
+
+# -- the legacy layout (sessions without an agent) ------------------------------------------------
+
+
+def _legacy_session(root: Path, user: str, session: str, texts: list[str]) -> Path:
+    """A session folder as agentrt wrote it before sessions had an agent: <root>/<user>/<session>/."""
+    folder = root / encode_id(user) / encode_id(session)
+    folder.mkdir(parents=True)
+    lines = b"".join(Msg.user(text).to_json().encode() + b"\n" for text in texts)
+    (folder / "messages.jsonl").write_bytes(lines)
+    doc = {
+        "format": "agentrt.state",
+        "version": 1,
+        "user_id": user,
+        "session_id": session,
+        "revision": 2,
+        "created_at": 1000.0,
+        "updated_at": 2000.0,
+        "summary": "old",
+        "message_count": len(texts),
+        "messages_bytes": len(lines),
+        "messages_file": "messages.jsonl",
+    }
+    (folder / "state.json").write_bytes(_json.dumps_bytes(doc))
+    return folder
+
+
+async def test_legacy_layout_is_read_as_agent_empty_and_migrated(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    _legacy_session(root, "alice", "bot:s1", ["hello", "again"])
+    _legacy_session(root, "alice", "plain", ["p"])
+    _legacy_session(root, "Bob", "other:x", ["b"])
+    async with JsonFileStateStore(root) as store:
+        state = await store.load("alice", "bot:s1")
+        assert state is not None and state.agent == "" and [m.text for m in state.messages] == ["hello", "again"]
+        assert (state.revision, state.summary) == (2, "old")
+        assert store.has_legacy_sessions is True
+        assert await store.load("alice", "s1", agent="bot") is None
+        assert {(i.agent, i.session_id) for i in await store.list_sessions("alice")} == {("", "bot:s1"), ("", "plain")}
+        assert await store.migrate_legacy("bot") == 1
+        assert store.has_legacy_sessions is True  # "plain" and Bob's session are left
+    moved = root / "@bot" / "alice" / "s1"
+    doc = _json.loads((moved / "state.json").read_bytes())
+    assert (doc["agent"], doc["user_id"], doc["session_id"], doc["summary"]) == ("bot", "alice", "s1", "old")
+    assert not (root / "alice" / encode_id("bot:s1")).exists(), "the legacy folder is gone"
+    assert (root / "alice" / "plain" / "state.json").exists()
+    async with JsonFileStateStore(root) as store:
+        state = await store.load("alice", "s1", agent="bot")
+        assert state is not None and [m.text for m in state.messages] == ["hello", "again"]
+        await store.append("alice", "s1", [Msg.user("new")], expected_revision=state.revision, agent="bot")
+        assert await store.migrate_legacy("other") == 1
+        assert await store.migrate_legacy("bot", all_unprefixed=True) == 1
+        assert store.has_legacy_sessions is False
+        listed = {(i.agent, i.user_id, i.session_id) for i in await store.list_sessions("Bob")}
+        assert listed == {("other", "Bob", "x")}
+    assert sorted(p.name for p in root.iterdir()) == ["@bot", "@other"], "no legacy folders are left"
+
+
+async def test_agents_get_a_folder_level_of_their_own(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    async with JsonFileStateStore(root) as store:
+        await store.append("alice", "s1", [Msg.user("a")], expected_revision=0, agent="alpha")
+        await store.append("alice", "s1", [Msg.user("b")], expected_revision=0, agent="../Beta")
+        assert store.has_legacy_sessions is False
+        for agent in ("alpha", "../Beta"):
+            assert _inside(root, store.session_path("alice", "s1", agent=agent))
+    assert (root / "@alpha" / "alice" / "s1" / "state.json").exists()
+    beta = root / ("@" + encode_id("../Beta")) / "alice" / "s1" / "state.json"
+    assert _json.loads(beta.read_bytes())["agent"] == "../Beta"
+    assert sorted(p.name for p in root.iterdir()) == sorted(["@alpha", "@" + encode_id("../Beta")])

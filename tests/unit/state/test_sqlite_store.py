@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import sys
@@ -319,3 +320,134 @@ async def test_concurrent_appends_commit_together_and_a_conflict_rejects_only_it
             assert state is not None and [m.text for m in state.messages] == [f"m{i}"]
         shared = await store.load("u", "shared")
         assert shared is not None and [m.text for m in shared.messages] == ["first", "second"]
+
+
+# -- schema version 1 (sessions without an agent) -----------------------------------------------
+
+# The schema of agentrt before sessions belonged to an agent, verbatim.
+_V1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    user_id       TEXT    NOT NULL,
+    session_id    TEXT    NOT NULL,
+    revision      INTEGER NOT NULL,
+    doc           TEXT    NOT NULL,
+    message_count INTEGER NOT NULL,
+    created_at    REAL    NOT NULL,
+    updated_at    REAL    NOT NULL,
+    PRIMARY KEY (user_id, session_id)
+);
+CREATE INDEX IF NOT EXISTS sessions_by_user_updated ON sessions (user_id, updated_at);
+CREATE TABLE IF NOT EXISTS messages (
+    user_id    TEXT    NOT NULL,
+    session_id TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    body       TEXT    NOT NULL,
+    PRIMARY KEY (user_id, session_id, seq),
+    FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, session_id) ON DELETE CASCADE
+);
+PRAGMA user_version = 1;
+"""
+
+
+def _v1_database(path: Path, sessions: dict[tuple[str, str], list[str]]) -> None:
+    """A database as agentrt wrote it before sessions had an agent (docs without "agent")."""
+    conn = _raw(path)
+    conn.executescript(_V1_SCHEMA)
+    for i, ((user, session), texts) in enumerate(sessions.items()):
+        doc = {"format": "agentrt.state", "version": 1, "user_id": user, "session_id": session, "summary": f"sum {i}"}
+        conn.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (user, session, 3, json.dumps(doc), len(texts), 1000.0 + i, 2000.0 + i),
+        )
+        for seq, text in enumerate(texts):
+            conn.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (user, session, seq, Msg.user(text).to_json()))
+    conn.close()
+
+
+async def test_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _v1_database(path, {("alice", "bot:s1"): ["hello", "again"], ("alice", "plain"): ["p"], ("bob", "x"): ["b"]})
+    async with SqliteStateStore(path) as store:
+        state = await store.load("alice", "bot:s1")
+        assert state is not None and state.agent == "" and [m.text for m in state.messages] == ["hello", "again"]
+        assert (state.revision, state.summary, state.created_at, state.updated_at) == (3, "sum 0", 1000.0, 2000.0)
+        assert store.has_legacy_sessions is True
+        assert await store.load("alice", "s1", agent="bot") is None
+        assert await store.append("alice", "bot:s1", [Msg.user("old way")], expected_revision=3) == 4
+        assert await store.migrate_legacy("bot") == 1
+    with _raw(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_module.SCHEMA_VERSION == 2
+        pk = [r[1] for r in sorted(conn.execute("PRAGMA table_info(sessions)"), key=lambda r: r[5]) if r[5]]
+        assert pk == ["agent", "user_id", "session_id"]
+        rows = conn.execute(
+            "SELECT agent, user_id, session_id, revision FROM sessions ORDER BY user_id, agent"
+        ).fetchall()
+        assert rows == [("", "alice", "plain", 3), ("bot", "alice", "s1", 4), ("", "bob", "x", 3)]
+        moved = conn.execute("SELECT seq FROM messages WHERE agent = 'bot' AND session_id = 's1' ORDER BY seq")
+        assert [r[0] for r in moved] == [0, 1, 2], "the messages moved with their session"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    conn.close()
+    async with SqliteStateStore(path) as store:  # opening again changes nothing
+        state = await store.load("alice", "s1", agent="bot")
+        assert state is not None and [m.text for m in state.messages] == ["hello", "again", "old way"]
+        assert state.revision == 4 and store.has_legacy_sessions is True
+        assert await store.migrate_legacy("bot", all_unprefixed=True) == 2  # "plain" and bob's "x"
+        assert store.has_legacy_sessions is False
+    async with SqliteStateStore(path) as store:
+        await store.load("alice", "plain", agent="bot")
+        assert store.has_legacy_sessions is False, "checked again on open"
+
+
+_OPENER = """
+import asyncio, sys
+from agentrt.state.stores.sqlite import SqliteStateStore
+
+async def main(path: str) -> None:
+    async with SqliteStateStore(path, busy_timeout=30) as store:
+        state = await store.load("alice", "bot:s1")
+        assert state is not None and len(state.messages) == 2, state
+        print(store.has_legacy_sessions)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_two_processes_opening_a_version_1_database_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _v1_database(path, {("alice", "bot:s1"): ["hello", "again"], **{("u", f"s{i}"): ["m"] * 20 for i in range(200)}})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _OPENER, str(path), env=env, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
+    outputs = await asyncio.gather(*(p.communicate() for p in procs))
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert [out.strip() for out, _ in outputs] == [b"True"] * 3
+    with _raw(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*), sum(message_count) FROM sessions").fetchone() == (201, 4002)
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 4002
+        tables = {
+            r[0]
+            for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+        }
+        assert tables == {"sessions", "messages"}, "no table of the migration is left behind"
+    conn.close()
+
+
+async def test_sessions_of_agents_are_rows_of_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        await store.append("u", "s", [Msg.user("a")], expected_revision=0, agent="alpha")
+        await store.append("u", "s", [Msg.user("b1"), Msg.user("b2")], expected_revision=0, agent="beta")
+        assert store.has_legacy_sessions is False
+    with _raw(path) as conn:
+        rows = conn.execute("SELECT agent, user_id, session_id, message_count FROM sessions ORDER BY agent").fetchall()
+        assert rows == [("alpha", "u", "s", 1), ("beta", "u", "s", 2)]
+        assert conn.execute("SELECT agent, count(*) FROM messages GROUP BY agent ORDER BY agent").fetchall() == [
+            ("alpha", 1),
+            ("beta", 2),
+        ]
+    conn.close()

@@ -1,8 +1,10 @@
-"""JsonFileStateStore: one folder per user/session, append-only JSONL messages plus an atomic state file.
+"""JsonFileStateStore: one folder per agent/user/session, append-only JSONL messages plus an atomic state file.
 
 Layout::
 
-    <root>/<enc(user_id)>/<enc(session_id)>/
+    <root>/@<enc(agent)>/<enc(user_id)>/<enc(session_id)>/    a session of an agent
+    <root>/<enc(user_id)>/<enc(session_id)>/                  agent "": the legacy layout (before
+                                                              sessions had an agent), read as it is
         state.json        the session document: `encode_state(include_messages=False)` plus
                           "message_count", "messages_bytes" and "messages_file"; replaced atomically
         messages.jsonl    one `encode_message` JSON text per line, append-only
@@ -18,7 +20,8 @@ Ids are folder names through `encode_id`: ids made only of ``[a-z0-9_-]`` (1 to 
 are used as they are; every other id (upper case included, so that ids differing only in case stay
 apart on case-insensitive file systems) becomes ``~`` + lower-case base32 of its UTF-8 bytes, and an
 id whose encoding would be too long a file name becomes ``~~`` + a prefix of that + a SHA-256 digest.
-Folder names therefore only ever contain ``[a-z0-9_~-]``: no separators, no dots, no NUL bytes.
+Folder names therefore only ever contain ``[a-z0-9_~-]``: no separators, no dots, no NUL bytes, and
+agent folders (``@`` + the encoded agent) never collide with the user folders of the legacy layout.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ from typing import Any, Self
 from agentrt import _json
 from agentrt.errors import StateConflictError, StateStoreError
 from agentrt.message import Msg
-from agentrt.state.base import AgentState, BaseStateStore, SessionInfo
+from agentrt.state.base import (
+    AgentState,
+    BaseStateStore,
+    LegacyFlag,
+    SessionInfo,
+    check_agent,
+    check_expected_revision,
+)
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks
 
@@ -49,6 +59,7 @@ __all__ = ["JsonFileStateStore", "decode_id", "encode_id"]
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
 FIRST_MESSAGES_FILE = "messages.jsonl"
+AGENT_MARK = "@"
 
 _SAFE_ID = re.compile(r"[a-z0-9_-]{1,100}")
 _MESSAGES_FILE = re.compile(r"messages(?:\.[0-9]+)?\.jsonl")
@@ -120,6 +131,7 @@ class JsonFileStateStore(BaseStateStore):
         self._fsync = fsync
         self._write_locks = LocalSessionLocks()
         self._closed = False
+        self._legacy = LegacyFlag()
 
     @property
     def root(self) -> Path:
@@ -129,21 +141,27 @@ class JsonFileStateStore(BaseStateStore):
     def __repr__(self) -> str:
         return f"JsonFileStateStore({str(self._root)!r})"
 
-    def session_path(self, user_id: str, session_id: str) -> Path:
+    def session_path(self, user_id: str, session_id: str, *, agent: str = "") -> Path:
         """The folder holding one session (whether or not it exists)."""
-        return self._user_path(user_id) / encode_id(_valid_id(session_id, "session id"))
+        return self._user_path(user_id, agent) / encode_id(_valid_id(session_id, "session id"))
 
-    def _user_path(self, user_id: str) -> Path:
-        return self._root / encode_id(_valid_id(user_id, "user id"))
+    def _user_path(self, user_id: str, agent: str) -> Path:
+        return self._agent_path(agent) / encode_id(_valid_id(user_id, "user id"))
+
+    def _agent_path(self, agent: str) -> Path:
+        if not check_agent(agent):
+            return self._root  # the legacy layout
+        return self._root / (AGENT_MARK + encode_id(_valid_id(agent, "agent")))
 
     async def __aenter__(self) -> Self:
         return self
 
     # -- store protocol -------------------------------------------------------------------
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
-        self._check_open()
-        return await asyncio.to_thread(_load, self.session_path(user_id, session_id), user_id, session_id)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
+        return await asyncio.to_thread(_load, folder, agent, user_id, session_id)
 
     async def append(
         self,
@@ -153,40 +171,71 @@ class JsonFileStateStore(BaseStateStore):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append lines to the session's JSONL file, then replace its state file."""
-        self._check_open()
+        check_expected_revision(expected_revision)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
         # Encoded here, on the caller's thread: the write stores the values as they are now.
         payload = _encode_lines(messages)
         changed = encode_fields(fields) if fields else {}
-        folder = self.session_path(user_id, session_id)
+        ids = (agent, user_id, session_id)
         async with self._write_locks.hold(str(folder)):
             return await asyncio.to_thread(
-                _append, folder, user_id, session_id, payload, len(messages), changed, expected_revision, self._fsync
+                _append, self._root, folder, ids, payload, len(messages), changed, expected_revision, self._fsync
             )
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Write the whole conversation to a new messages file, then switch the state file to it."""
-        self._check_open()
+        check_expected_revision(expected_revision, optional=True)
+        await self._ready()
+        folder = self.session_path(state.user_id, state.session_id, agent=state.agent)
         doc = encode_state(state, include_messages=False)
         payload = _encode_lines(state.messages)
-        folder = self.session_path(state.user_id, state.session_id)
         async with self._write_locks.hold(str(folder)):
             return await asyncio.to_thread(
-                _save, folder, doc, payload, len(state.messages), expected_revision, self._fsync
+                _save, self._root, folder, doc, payload, len(state.messages), expected_revision, self._fsync
             )
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove the session's folder; True if the session existed."""
-        self._check_open()
-        folder = self.session_path(user_id, session_id)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
         async with self._write_locks.hold(str(folder)):
             return await asyncio.to_thread(_delete, folder, self._fsync)
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, most recently updated first."""
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions (of every agent, or of `agent`), most recently updated first."""
+        await self._ready()
+        if agent is not None:
+            return await asyncio.to_thread(_list_sessions, self._user_path(user_id, agent), user_id, agent)
+        user_dir = encode_id(_valid_id(user_id, "user id"))
+        return await asyncio.to_thread(_list_all_sessions, self._root, user_dir, user_id)
+
+    # -- the legacy layout ----------------------------------------------------------------
+    @property
+    def has_legacy_sessions(self) -> bool:
+        """Whether the root held sessions in the legacy layout (agent ``""``) when first used.
+
+        Checked during the store's first operation (looked up now if there was none yet) and again
+        after `migrate_legacy`.
+        """
+        if self._legacy.value is None:
+            self._legacy.value = _any_legacy(self._root)
+        return self._legacy.value
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        await self._ready()
+        return await asyncio.to_thread(_legacy_sessions, self._root, user_id)
+
+    async def _recheck_legacy(self) -> None:
+        self._legacy.value = await asyncio.to_thread(_any_legacy, self._root)
+
+    async def _ready(self) -> None:
         self._check_open()
-        return await asyncio.to_thread(_list_sessions, self._user_path(user_id), user_id)
+        if self._legacy.value is None:
+            await self._legacy.get(lambda: asyncio.to_thread(_any_legacy, self._root))
 
     async def close(self) -> None:
         """Mark the store closed (it holds no open files between operations)."""
@@ -253,12 +302,18 @@ def _read_doc(folder: Path) -> dict[str, Any] | None:
     return doc
 
 
-def _check_ids(folder: Path, doc: Mapping[str, Any], user_id: str, session_id: str) -> None:
+Ids = tuple[str, str, str]
+"""(agent, user_id, session_id)"""
+
+
+def _check_ids(folder: Path, doc: Mapping[str, Any], ids: Ids) -> None:
     # A hashed (over-long) id could in theory share a folder with another id: never mix them up.
-    if doc.get("user_id") != user_id or doc.get("session_id") != session_id:
+    agent, user_id, session_id = ids
+    if (doc.get("agent") or "") != agent or doc.get("user_id") != user_id or doc.get("session_id") != session_id:
+        owner = f" of agent {doc.get('agent')!r}" if doc.get("agent") else ""
         raise StateStoreError(
-            f"{_where(folder)} holds session {doc.get('session_id')!r} of user {doc.get('user_id')!r}, "
-            f"not {session_id!r} of {user_id!r}"
+            f"{_where(folder)} holds session {doc.get('session_id')!r} of user {doc.get('user_id')!r}{owner}, "
+            f"not {session_id!r} of {user_id!r}" + (f" of agent {agent!r}" if agent else "")
         )
 
 
@@ -290,19 +345,19 @@ def _read_lines(folder: Path, name: str, count: int, nbytes: int) -> list[bytes]
     return lines[:count]
 
 
-def _load(folder: Path, user_id: str, session_id: str) -> AgentState | None:
+def _load(folder: Path, agent: str, user_id: str, session_id: str) -> AgentState | None:
     try:
-        return _load_committed(folder, user_id, session_id)
+        return _load_committed(folder, (agent, user_id, session_id))
     except OSError as exc:
         raise StateStoreError(f"cannot read {_where(folder)}: {exc}") from exc
 
 
-def _load_committed(folder: Path, user_id: str, session_id: str) -> AgentState | None:
+def _load_committed(folder: Path, ids: Ids) -> AgentState | None:
     for _ in range(_LOAD_ATTEMPTS):
         doc = _read_doc(folder)
         if doc is None:
             return None
-        _check_ids(folder, doc, user_id, session_id)
+        _check_ids(folder, doc, ids)
         count, nbytes, name = _commit_info(folder, doc)
         try:
             lines = _read_lines(folder, name, count, nbytes)
@@ -394,9 +449,10 @@ def _revision(folder: Path, doc: Mapping[str, Any] | None) -> int:
 
 @contextlib.contextmanager
 def _write_session(
-    folder: Path, user_id: str, session_id: str, expected: int | None, fsync: bool
+    root: Path, folder: Path, ids: Ids, expected: int | None, fsync: bool
 ) -> Iterator[tuple[dict[str, Any] | None, int]]:
     """Hold the session's file lock with its revision checked: yields (state document or None, revision)."""
+    _, user_id, session_id = ids
     try:
         if expected is not None and expected != 0 and _read_doc(folder) is None:
             raise _conflict(0, expected, user_id, session_id)  # leave no folder behind for a missing session
@@ -405,15 +461,19 @@ def _write_session(
         try:
             doc = _read_doc(folder)
             if doc is not None:
-                _check_ids(folder, doc, user_id, session_id)
+                _check_ids(folder, doc, ids)
             current = _revision(folder, doc)
             if expected is not None and current != expected:
                 raise _conflict(current, expected, user_id, session_id)
             if doc is None:
                 _remove_stray_files(folder, None)  # left by a crashed write or an interrupted delete
-                if fsync:  # make the new folders themselves durable
-                    _fsync_dir(folder.parent)
-                    _fsync_dir(folder.parent.parent)
+                if fsync:  # make the new folders themselves durable, up to the root
+                    parent = folder.parent
+                    while True:
+                        _fsync_dir(parent)
+                        if parent == root or parent == parent.parent:
+                            break
+                        parent = parent.parent
             yield doc, current
         finally:
             os.close(fd_lock)
@@ -424,20 +484,22 @@ def _write_session(
 
 
 def _append(
+    root: Path,
     folder: Path,
-    user_id: str,
-    session_id: str,
+    ids: Ids,
     payload: bytes,
     n_messages: int,
     changed: Mapping[str, Any],
     expected: int,
     fsync: bool,
 ) -> int:
-    with _write_session(folder, user_id, session_id, expected, fsync) as (doc, current):
+    with _write_session(root, folder, ids, expected, fsync) as (doc, current):
         now = time.time()
         if doc is None:
+            agent, user_id, session_id = ids
             doc = encode_state(
-                AgentState(user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+                AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now),
+                include_messages=False,
             )
             count, nbytes, name = 0, 0, FIRST_MESSAGES_FILE
         else:
@@ -478,6 +540,7 @@ def _append_lines(path: Path, committed: int, payload: bytes, fsync: bool) -> in
 
 
 def _save(
+    root: Path,
     folder: Path,
     doc: dict[str, Any],
     payload: bytes,
@@ -485,7 +548,8 @@ def _save(
     expected: int | None,
     fsync: bool,
 ) -> int:
-    with _write_session(folder, doc["user_id"], doc["session_id"], expected, fsync) as (_, current):
+    ids = (doc["agent"], doc["user_id"], doc["session_id"])
+    with _write_session(root, folder, ids, expected, fsync) as (_, current):
         revision = current + 1
         name = f"messages.{revision}.jsonl"  # a new file: readers of the previous state keep theirs
         fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -541,7 +605,8 @@ def _delete(folder: Path, fsync: bool) -> bool:
     return existed
 
 
-def _list_sessions(user_folder: Path, user_id: str) -> list[SessionInfo]:
+def _list_sessions(user_folder: Path, user_id: str, agent: str | None) -> list[SessionInfo]:
+    """The sessions in one user folder; `agent` None: take each session's agent from its document."""
     try:
         with os.scandir(user_folder) as it:
             names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
@@ -559,10 +624,13 @@ def _list_sessions(user_folder: Path, user_id: str) -> list[SessionInfo]:
         if doc is None:
             continue  # being created, or left over from an interrupted delete
         session_id = doc.get("session_id")
+        owner = doc.get("agent") or ""
         decoded = decode_id(name)
         if (
             doc.get("user_id") != user_id
             or not isinstance(session_id, str)
+            or not isinstance(owner, str)
+            or (agent is not None and owner != agent)
             or encode_id(session_id) != name
             or (decoded is not None and decoded != session_id)
         ):
@@ -571,6 +639,7 @@ def _list_sessions(user_folder: Path, user_id: str) -> list[SessionInfo]:
         try:
             infos.append(
                 SessionInfo(
+                    agent=owner,
                     user_id=user_id,
                     session_id=session_id,
                     message_count=count,
@@ -582,3 +651,81 @@ def _list_sessions(user_folder: Path, user_id: str) -> list[SessionInfo]:
             raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
     infos.sort(key=lambda i: (-i.updated_at, i.session_id))
     return infos
+
+
+def _agent_folders(root: Path) -> list[str]:
+    try:
+        with os.scandir(root) as it:
+            return [e.name for e in it if e.name.startswith(AGENT_MARK) and e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise StateStoreError(f"cannot list agents in {str(root)!r}: {exc}") from exc
+
+
+def _list_all_sessions(root: Path, user_dir: str, user_id: str) -> list[SessionInfo]:
+    """The user's sessions of every agent (legacy layout included)."""
+    infos = _list_sessions(root / user_dir, user_id, "")
+    for name in _agent_folders(root):
+        found = _list_sessions(root / name / user_dir, user_id, None)
+        for info in found:
+            if not info.agent or AGENT_MARK + encode_id(info.agent) != name:
+                raise StateStoreError(f"folder {str(root / name)!r} holds a session of agent {info.agent!r}")
+        infos += found
+    infos.sort(key=lambda i: (-i.updated_at, i.agent, i.session_id))
+    return infos
+
+
+def _legacy_user_folders(root: Path) -> Iterator[Path]:
+    try:
+        with os.scandir(root) as it:
+            entries = [e for e in it if not e.name.startswith((AGENT_MARK, ".")) and e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        raise StateStoreError(f"cannot list {str(root)!r}: {exc}") from exc
+    for entry in entries:
+        yield Path(entry.path)
+
+
+def _any_legacy(root: Path) -> bool:
+    """Whether a user folder of the legacy layout holds a session folder (stops at the first)."""
+    for user_folder in _legacy_user_folders(root):
+        try:
+            with os.scandir(user_folder) as it:
+                if any((Path(e.path) / STATE_FILE).is_file() for e in it if e.is_dir(follow_symlinks=False)):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _legacy_sessions(root: Path, user_id: str | None) -> list[tuple[str, str]]:
+    """(user_id, session_id) of the sessions in the legacy layout, read from their state files."""
+    if user_id is not None:
+        folder = root / encode_id(_valid_id(user_id, "user id"))
+        return [(user_id, info.session_id) for info in _list_sessions(folder, user_id, "")]
+    found: list[tuple[str, str]] = []
+    for user_folder in _legacy_user_folders(root):
+        try:
+            with os.scandir(user_folder) as it:
+                names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        except OSError as exc:
+            raise StateStoreError(f"cannot list sessions in {str(user_folder)!r}: {exc}") from exc
+        for name in names:
+            try:
+                doc = _read_doc(user_folder / name)
+            except OSError as exc:
+                raise StateStoreError(f"cannot read {_where(user_folder / name)}: {exc}") from exc
+            if doc is None:
+                continue
+            user, session = doc.get("user_id"), doc.get("session_id")
+            if (
+                isinstance(user, str)
+                and isinstance(session, str)
+                and not doc.get("agent")
+                and encode_id(user) == user_folder.name
+                and encode_id(session) == name
+            ):
+                found.append((user, session))
+    return found

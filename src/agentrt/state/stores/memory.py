@@ -9,20 +9,27 @@ from typing import Any
 
 from agentrt.errors import StateConflictError, UserError
 from agentrt.message import Msg
-from agentrt.state.base import STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+from agentrt.state.base import (
+    STATE_FIELDS,
+    AgentState,
+    BaseStateStore,
+    SessionInfo,
+    check_agent,
+    check_expected_revision,
+)
 
 __all__ = ["InMemoryStateStore"]
 
 
 class InMemoryStateStore(BaseStateStore):
-    """Keeps sessions in a dict. Appends are O(new messages); loads copy the message list."""
+    """Keeps sessions in a dict keyed by (agent, user, session). Appends are O(new messages); loads copy."""
 
     def __init__(self) -> None:
-        self._sessions: dict[tuple[str, str], AgentState] = {}
+        self._sessions: dict[tuple[str, str, str], AgentState] = {}
 
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state (a copy), or None."""
-        stored = self._sessions.get((user_id, session_id))
+        stored = self._sessions.get((check_agent(agent), user_id, session_id))
         if stored is None:
             return None
         return _copy(stored)
@@ -35,13 +42,15 @@ class InMemoryStateStore(BaseStateStore):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append messages and set fields if `expected_revision` is current."""
+        check_expected_revision(expected_revision)
+        key = (check_agent(agent), user_id, session_id)
         if fields:
             unknown = [name for name in fields if name not in STATE_FIELDS]
             if unknown:
                 raise UserError(f"unknown AgentState field {unknown[0]!r}; known: {', '.join(STATE_FIELDS)}")
-        key = (user_id, session_id)
         stored = self._sessions.get(key)
         current = 0 if stored is None else stored.revision
         if current != expected_revision:
@@ -49,7 +58,7 @@ class InMemoryStateStore(BaseStateStore):
                 f"session {session_id!r} of user {user_id!r} is at revision {current}, not {expected_revision}"
             )
         if stored is None:
-            stored = self._sessions[key] = AgentState(user_id=user_id, session_id=session_id)
+            stored = self._sessions[key] = AgentState(agent=agent, user_id=user_id, session_id=session_id)
         stored.messages.extend(messages)
         if fields:
             for name, value in fields.items():
@@ -60,7 +69,8 @@ class InMemoryStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the session's state."""
-        key = (state.user_id, state.session_id)
+        check_expected_revision(expected_revision, optional=True)
+        key = (check_agent(state.agent), state.user_id, state.session_id)
         stored = self._sessions.get(key)
         current = 0 if stored is None else stored.revision
         if expected_revision is not None and current != expected_revision:
@@ -74,25 +84,31 @@ class InMemoryStateStore(BaseStateStore):
         self._sessions[key] = new
         return new.revision
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove the session."""
-        return self._sessions.pop((user_id, session_id), None) is not None
+        return self._sessions.pop((check_agent(agent), user_id, session_id), None) is not None
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, newest first."""
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions (of every agent, or of `agent`), newest first."""
+        if agent is not None:
+            check_agent(agent)
         infos = [
             SessionInfo(
+                agent=a,
                 user_id=u,
                 session_id=s,
                 message_count=len(st.messages),
                 revision=st.revision,
                 updated_at=st.updated_at,
             )
-            for (u, s), st in self._sessions.items()
-            if u == user_id
+            for (a, u, s), st in self._sessions.items()
+            if u == user_id and (agent is None or a == agent)
         ]
         infos.sort(key=lambda i: i.updated_at, reverse=True)
         return infos
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        return [(u, s) for (a, u, s) in self._sessions if a == "" and (user_id is None or u == user_id)]
 
 
 def _copy_value(value: Any) -> Any:

@@ -1,17 +1,22 @@
 """RedisStateStore: sessions in Redis, shared by every process that points at the same server.
 
-Key layout (``P`` = prefix, ``U`` / ``S`` = encoded user / session id, see `_id_token`)::
+Key layout (``P`` = prefix, ``U`` / ``A`` / ``S`` = encoded user / agent / session id, see
+`_id_token`; ``B`` = ``P:{U}:a:A`` for a session of agent ``A``, ``P:{U}`` for the legacy agent ``""``)::
 
-    P:{U}:index          ZSET  session id -> updated_at               (the user's sessions)
-    P:{U}:s:S:h          HASH  format, version, user_id, session_id, revision,
+    P:{U}:agents         ZSET  agent -> last write                    (the user's agents but "")
+    B:index              ZSET  session id -> updated_at               (the user's sessions of the agent)
+    B:s:S:h              HASH  format, version, agent, user_id, session_id, revision,
                                created_at, updated_at, message_count,
                                f:<field> = JSON of each `STATE_FIELDS` entry
-    P:{U}:s:S:m          LIST  one JSON message per entry (`encode_message`), in order
-    P:{U}:s:S:lock       STRING "<fencing token>:<nonce>" while a process holds the session lock
-    P:{U}:s:S:fence      STRING the session's fencing-token counter
-    P:{U}:s:S:want       STRING the nonce of the waiter whose turn is next
+    B:s:S:m              LIST  one JSON message per entry (`encode_message`), in order
+    B:s:S:lock           STRING "<fencing token>:<nonce>" while a process holds the session lock
+    B:s:S:fence          STRING the session's fencing-token counter
+    B:s:S:want           STRING the nonce of the waiter whose turn is next
 
-``{U}`` is a Redis Cluster hash tag: a user's sessions, their index and their locks share one
+Sessions written before sessions had an agent use the ``P:{U}`` keys: they are the agent ``""``
+(`has_legacy_sessions` scans for their indexes once, with ``SCAN``, on the store's first use).
+
+``{U}`` is a Redis Cluster hash tag: a user's sessions, their indexes and their locks share one
 slot, so every Lua script below touches keys of a single slot. Ids are encoded as unpadded
 url-safe base64 of their UTF-8 bytes (``=`` for the empty id, ``~`` + SHA-256 hex when the
 encoding would exceed 100 characters), so ``:``, braces, slashes, spaces, unicode and very long
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
 import time
 import weakref
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
@@ -44,7 +50,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from agentrt import _json
 from agentrt.errors import StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
-from agentrt.state.base import SCHEMA_VERSION, STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+from agentrt.state.base import (
+    SCHEMA_VERSION,
+    STATE_FIELDS,
+    AgentState,
+    BaseStateStore,
+    LegacyFlag,
+    SessionInfo,
+    check_agent,
+    check_expected_revision,
+)
 from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
 from agentrt.state.locks import LocalSessionLocks
 from agentrt.state.redis_lock import RedisLockScripts, RedisSessionLock
@@ -55,35 +70,43 @@ _MAX_TOKEN = 100
 _FENCE_RETENTION = 7 * 24 * 3600.0
 """How long a session's fencing counter survives its last lock acquisition (at least the ttl)."""
 
-# Sliding expiry, shared by the scripts (loads call it only with a ttl). KEYS: 1 hash, 2 list, 3 index.
-# With a ttl: hash and list get it; the index gets it unless it already lives longer (or forever:
-# a store without ttl wrote to it). Without a ttl: existing session expiries are left alone (the
-# list follows the hash) and the index is made persistent, since it must outlive its sessions.
+# Sliding expiry, shared by the scripts (loads call it only with a ttl). KEYS: 1 hash, 2 list,
+# 3 index, 4 the user's agents (absent for the legacy agent ""). With a ttl: hash and list get it;
+# the index and the agents get it unless they already live longer (or forever: a store without
+# ttl wrote to them). Without a ttl: existing session expiries are left alone (the list follows
+# the hash) and the index and agents are made persistent, since they must outlive their sessions.
 _TOUCH_LUA = """
-local function touch(ttl, index_is_new)
+local function touch_index(key, ttl, is_new)
+  if ttl > 0 then
+    if is_new then
+      redis.call('PEXPIRE', key, ttl)
+    else
+      local left = redis.call('PTTL', key)
+      if left >= 0 and left < ttl then redis.call('PEXPIRE', key, ttl) end
+    end
+  else
+    redis.call('PERSIST', key)
+  end
+end
+local function touch(ttl, index_is_new, agents_is_new)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
-    if index_is_new then
-      redis.call('PEXPIRE', KEYS[3], ttl)
-    else
-      local left = redis.call('PTTL', KEYS[3])
-      if left >= 0 and left < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
-    end
   else
     local left = redis.call('PTTL', KEYS[1])
     if left > 0 then redis.call('PEXPIRE', KEYS[2], left) end
-    redis.call('PERSIST', KEYS[3])
   end
+  touch_index(KEYS[3], ttl, index_is_new)
+  if KEYS[4] then touch_index(KEYS[4], ttl, agents_is_new) end
 end
 """
 
-# KEYS: 1 hash, 2 list, 3 index.
+# KEYS: 1 hash, 2 list, 3 index, 4 the user's agents (absent for the legacy agent "").
 # ARGV: 1 mode ("append" | "replace"), 2 expected revision ("" = any, replace only), 3 now,
 #       4 ttl ms (0 = none), 5 index member (the session id), 6 schema version of the writer,
-#       7 number of "init" entries, 8 number of "set" entries, then the init entries (field/value
-#       pairs written only when the session is created or replaced), the set entries (always
-#       written), and the messages to push.
+#       7 number of "init" entries, 8 number of "set" entries, 9 the agent, then the init entries
+#       (field/value pairs written only when the session is created or replaced), the set entries
+#       (always written), and the messages to push.
 # Returns {1, new revision}, {-1, current revision} on a stale revision, or {-2, stored version}
 # when the stored format version differs from the writer's (load first: that upgrades it).
 _WRITE_LUA = (
@@ -99,7 +122,7 @@ if mode == 'append' and stored[2] and stored[2] ~= ARGV[6] then
   return {-2, tonumber(stored[2])}
 end
 local ninit, nset = tonumber(ARGV[7]), tonumber(ARGV[8])
-local pos = 9
+local pos = 10
 if mode == 'replace' or current == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
   if ninit > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, pos, pos + ninit - 1)) end
@@ -116,29 +139,75 @@ local revision = current + 1
 redis.call('HSET', KEYS[1], 'revision', revision, 'updated_at', ARGV[3], 'message_count', count)
 local index_is_new = redis.call('EXISTS', KEYS[3]) == 0
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
-touch(tonumber(ARGV[4]), index_is_new)
+local agents_is_new = false
+if KEYS[4] then
+  agents_is_new = redis.call('EXISTS', KEYS[4]) == 0
+  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[9])
+end
+touch(tonumber(ARGV[4]), index_is_new, agents_is_new)
 return {1, revision}
 """
 )
 
-# KEYS: 1 hash, 2 list, 3 index.  ARGV: 1 ttl ms.  Returns {hash as a flat list, messages} or nil.
+# KEYS: 1 hash, 2 list, 3 index, 4 agents (optional).  ARGV: 1 ttl ms.
+# Returns {hash as a flat list, messages} or nil.
 _LOAD_LUA = (
     _TOUCH_LUA
     + """
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then return false end
 local messages = redis.call('LRANGE', KEYS[2], 0, -1)
-if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false) end
+if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false, false) end
 return {fields, messages}
 """
 )
 
-# KEYS: 1 hash, 2 list, 3 index.  ARGV: 1 index member.  1 if the session existed.
+# KEYS: 1 hash, 2 list, 3 index, 4 agents (optional).  ARGV: 1 index member, 2 agent.
+# 1 if the session existed. An agent whose last session of the user goes leaves the agents set.
 _DELETE_LUA = """
 local existed = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
+if KEYS[4] and redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[2]) end
 return existed
+"""
+
+# KEYS: 1 agents, 2 the agent's index.  ARGV: 1 agent.  Drops the agent if it has no index (any more).
+_FORGET_AGENT_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+# Moves a legacy session to an agent, keeping revision, timestamps and expiry.
+# KEYS: 1 source hash, 2 source list, 3 source index, 4 target hash, 5 target list, 6 target index,
+#       7 agents.  ARGV: 1 source session id, 2 target session id, 3 agent.
+# 1 when moved, 0 if the target exists (nothing moved), -1 if the source is gone.
+_MOVE_LUA = """
+if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local score = redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at') or '0'
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('RENAME', KEYS[1], KEYS[4])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('RENAME', KEYS[2], KEYS[5])
+else
+  redis.call('DEL', KEYS[5])
+end
+redis.call('HSET', KEYS[4], 'agent', ARGV[3], 'session_id', ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local pairs_ = {{KEYS[6], ARGV[2]}, {KEYS[7], ARGV[3]}}
+for _, entry in ipairs(pairs_) do
+  local key = entry[1]
+  local is_new = redis.call('EXISTS', key) == 0
+  redis.call('ZADD', key, score, entry[2])
+  if ttl > 0 then
+    local left = redis.call('PTTL', key)
+    if is_new or (left >= 0 and left < ttl) then redis.call('PEXPIRE', key, ttl) end
+  else
+    redis.call('PERSIST', key)
+  end
+end
+return 1
 """
 
 # KEYS: 1 index, 2.. the hashes of the listed members.  ARGV: the members.  Drops members whose
@@ -172,6 +241,10 @@ def _id_token(value: str) -> str:
     if len(token) > _MAX_TOKEN:
         return "~" + hashlib.sha256(raw).hexdigest()
     return token
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def _text(value: bytes | str) -> str:
@@ -247,9 +320,13 @@ class RedisStateStore(BaseStateStore):
         self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._lock_ttl = lock_ttl
         self._closed = False
+        self._legacy = LegacyFlag()
+        self._legacy_index = re.compile(re.escape(prefix) + r":\{[^{}]*\}:index")
         self._write = client.register_script(_WRITE_LUA)
         self._load = client.register_script(_LOAD_LUA)
         self._delete = client.register_script(_DELETE_LUA)
+        self._forget_agent = client.register_script(_FORGET_AGENT_LUA)
+        self._move = client.register_script(_MOVE_LUA)
         self._prune = client.register_script(_PRUNE_LUA)
         self._upgrade = client.register_script(_UPGRADE_LUA)
         self._lock_scripts = RedisLockScripts(client)
@@ -261,7 +338,13 @@ class RedisStateStore(BaseStateStore):
             raise StateStoreError(f"invalid Redis URL {_redact(self._url)!r}: {exc}") from None
 
     async def _conn(self) -> aioredis.Redis:
-        """The client to use on the running event loop."""
+        """The client to use on the running event loop (the first use also looks for legacy sessions)."""
+        client = await self._loop_client()
+        if self._legacy.value is None:
+            await self._legacy.get(lambda: self._any_legacy(client))
+        return client
+
+    async def _loop_client(self) -> aioredis.Redis:
         if self._closed:
             raise StateStoreError(f"this RedisStateStore ({self._where}) is closed")
         if not self._owns_client:
@@ -306,16 +389,26 @@ class RedisStateStore(BaseStateStore):
     def _user_base(self, user_id: str) -> str:
         return f"{self._prefix}:{{{_id_token(user_id)}}}"
 
-    def _index_key(self, user_id: str) -> str:
-        return f"{self._user_base(user_id)}:index"
+    def _agent_base(self, agent: str, user_id: str) -> str:
+        base = self._user_base(user_id)
+        return f"{base}:a:{_id_token(agent)}" if check_agent(agent) else base
 
-    def _session_base(self, user_id: str, session_id: str) -> str:
-        return f"{self._user_base(user_id)}:s:{_id_token(session_id)}"
+    def _agents_key(self, user_id: str) -> str:
+        return f"{self._user_base(user_id)}:agents"
 
-    def _keys(self, user_id: str, session_id: str) -> list[str]:
-        """Hash, list and index keys of a session, in the order the scripts expect."""
-        base = self._session_base(user_id, session_id)
-        return [f"{base}:h", f"{base}:m", self._index_key(user_id)]
+    def _index_key(self, agent: str, user_id: str) -> str:
+        return f"{self._agent_base(agent, user_id)}:index"
+
+    def _session_base(self, agent: str, user_id: str, session_id: str) -> str:
+        return f"{self._agent_base(agent, user_id)}:s:{_id_token(session_id)}"
+
+    def _keys(self, agent: str, user_id: str, session_id: str) -> list[str]:
+        """Hash, list, index (and agents) keys of a session, in the order the scripts expect."""
+        base = self._session_base(agent, user_id, session_id)
+        keys = [f"{base}:h", f"{base}:m", self._index_key(agent, user_id)]
+        if agent:
+            keys.append(self._agents_key(user_id))
+        return keys
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -340,9 +433,9 @@ class RedisStateStore(BaseStateStore):
 
     # -- the store protocol --------------------------------------------------------------------
 
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None; refreshes the session's expiry when the store has a ttl."""
-        keys = self._keys(user_id, session_id)
+        keys = self._keys(agent, user_id, session_id)
         client = await self._conn()
         with self._redis_errors():
             reply = await self._load(keys=keys, args=[self._ttl_ms], client=client)
@@ -350,13 +443,18 @@ class RedisStateStore(BaseStateStore):
             return None
         flat, items = reply
         stored: dict[str, bytes | str] = {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
-        if _text(stored.get("user_id", b"")) != user_id or _text(stored.get("session_id", b"")) != session_id:
+        if (
+            _text(stored.get("agent", b"")) != agent
+            or _text(stored.get("user_id", b"")) != user_id
+            or _text(stored.get("session_id", b"")) != session_id
+        ):
             raise StateStoreError(f"{self._describe(user_id, session_id)}: stored ids do not match its key")
         try:
             version = int(stored.get("version", 1))
             doc: dict[str, Any] = {
                 "format": _text(stored.get("format", FORMAT)),
                 "version": version,
+                "agent": agent,
                 "user_id": user_id,
                 "session_id": session_id,
                 "revision": int(stored["revision"]),
@@ -391,18 +489,22 @@ class RedisStateStore(BaseStateStore):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append messages and set changed fields if `expected_revision` is current (one round trip)."""
+        check_expected_revision(expected_revision)
+        check_agent(agent)
         now = repr(time.time())
-        init = self._header(user_id, session_id, created_at=now)
+        init = self._header(agent, user_id, session_id, created_at=now)
         changed: list[Any] = []
         for name, value in encode_fields(fields or {}).items():
             changed += [f"f:{name}", _json.dumps(value)]
         return await self._run_write(
+            agent,
             user_id,
             session_id,
             "append",
-            int(expected_revision),
+            expected_revision,
             now,
             init,
             changed,
@@ -411,12 +513,15 @@ class RedisStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the whole session (messages and fields) atomically."""
+        check_expected_revision(expected_revision, optional=True)
+        check_agent(state.agent)
         now = repr(time.time())
         created = repr(float(state.created_at)) if state.created_at else now
-        init = self._header(state.user_id, state.session_id, created_at=created)
+        init = self._header(state.agent, state.user_id, state.session_id, created_at=created)
         for name, value in encode_fields(state.fields_dict()).items():
             init += [f"f:{name}", _json.dumps(value)]
         return await self._run_write(
+            state.agent,
             state.user_id,
             state.session_id,
             "replace",
@@ -428,12 +533,14 @@ class RedisStateStore(BaseStateStore):
         )
 
     @staticmethod
-    def _header(user_id: str, session_id: str, *, created_at: str) -> list[Any]:
+    def _header(agent: str, user_id: str, session_id: str, *, created_at: str) -> list[Any]:
         return [
             "format",
             FORMAT,
             "version",
             SCHEMA_VERSION,
+            "agent",
+            agent,
             "user_id",
             user_id,
             "session_id",
@@ -444,6 +551,7 @@ class RedisStateStore(BaseStateStore):
 
     async def _run_write(
         self,
+        agent: str,
         user_id: str,
         session_id: str,
         mode: str,
@@ -462,13 +570,14 @@ class RedisStateStore(BaseStateStore):
             SCHEMA_VERSION,
             len(init),
             len(changed),
+            agent,
             *init,
             *changed,
             *encoded_messages,
         ]
         client = await self._conn()
         with self._redis_errors():
-            status, value = await self._write(keys=self._keys(user_id, session_id), args=args, client=client)
+            status, value = await self._write(keys=self._keys(agent, user_id, session_id), args=args, client=client)
         status, value = int(status), int(value)
         if status == 1:
             return value
@@ -482,24 +591,45 @@ class RedisStateStore(BaseStateStore):
             )
         raise StateConflictError(f"{what} is stored in the older format version {value}; load it (which upgrades it)")
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove the session's messages, fields and index entry (its fencing counter stays)."""
+        keys = self._keys(agent, user_id, session_id)
         client = await self._conn()
         with self._redis_errors():
-            existed = await self._delete(keys=self._keys(user_id, session_id), args=[session_id], client=client)
+            existed = await self._delete(keys=keys, args=[session_id, agent], client=client)
         return bool(existed)
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, newest first; drops index entries whose session expired."""
-        index = self._index_key(user_id)
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions (of every agent, or of `agent`), newest first; drops expired entries."""
         client = await self._conn()
+        if agent is not None:
+            infos = await self._list_agent(client, check_agent(agent), user_id)
+        else:
+            agents_key = self._agents_key(user_id)
+            with self._redis_errors():
+                raw_names: list[Any] = await client.zrange(agents_key, 0, -1)
+                names = [_text(m) for m in raw_names]
+            infos = await self._list_agent(client, "", user_id)
+            for name in names:
+                found = await self._list_agent(client, name, user_id)
+                if not found:
+                    with self._redis_errors():
+                        await self._forget_agent(
+                            keys=[agents_key, self._index_key(name, user_id)], args=[name], client=client
+                        )
+                infos += found
+        infos.sort(key=lambda info: info.updated_at, reverse=True)
+        return infos
+
+    async def _list_agent(self, client: aioredis.Redis, agent: str, user_id: str) -> list[SessionInfo]:
+        index = self._index_key(agent, user_id)
         with self._redis_errors():
             raw_members: list[Any] = await client.zrange(index, 0, -1, desc=True)
             members = [_text(m) for m in raw_members]
             if not members:
                 return []
             pipe = client.pipeline(transaction=False)
-            hash_keys = [self._keys(user_id, sid)[0] for sid in members]
+            hash_keys = [self._keys(agent, user_id, sid)[0] for sid in members]
             for key in hash_keys:
                 pipe.hmget(key, ["revision", "message_count", "updated_at", "session_id"])
             rows = await pipe.execute()
@@ -512,6 +642,7 @@ class RedisStateStore(BaseStateStore):
                     continue
                 infos.append(
                     SessionInfo(
+                        agent=agent,
                         user_id=user_id,
                         session_id=sid,
                         message_count=int(count or 0),
@@ -523,10 +654,11 @@ class RedisStateStore(BaseStateStore):
                 await self._prune(
                     keys=[index, *(hash_keys[i] for i in gone)], args=[members[i] for i in gone], client=client
                 )
-        infos.sort(key=lambda info: info.updated_at, reverse=True)
         return infos
 
-    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> RedisSessionLock:
+    def session_lock(
+        self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
+    ) -> RedisSessionLock:
         """A lock on the session shared by every process using this Redis and prefix.
 
         ``async with store.session_lock(u, s, timeout=5) as hold:`` waits in arrival order behind
@@ -538,10 +670,10 @@ class RedisStateStore(BaseStateStore):
         locks = self._locks
         if locks is None:
             locks = self._locks = LocalSessionLocks()
-        base = self._session_base(user_id, session_id)
+        base = self._session_base(agent, user_id, session_id)
         return RedisSessionLock(
             locks,
-            (user_id, session_id),
+            (agent, user_id, session_id),
             timeout,
             scripts=self._lock_scripts,
             connect=self._conn,
@@ -553,6 +685,66 @@ class RedisStateStore(BaseStateStore):
             describe=self._describe(user_id, session_id),
             error=self._error,
         )
+
+    # -- the legacy layout ---------------------------------------------------------------------
+
+    @property
+    def has_legacy_sessions(self) -> bool:
+        """Whether Redis held sessions in the legacy layout (agent ``""``) at the store's first use.
+
+        Known once the store has run its first operation (a ``SCAN`` of the key space for legacy
+        indexes, stopping at the first); refreshed by `migrate_legacy`.
+        """
+        return bool(self._legacy.value)
+
+    async def _legacy_indexes(self, client: aioredis.Redis, *, first_only: bool = False) -> list[str]:
+        """The index keys of the legacy layout (``SCAN``: never blocks the server for long)."""
+        match = _glob_escape(self._prefix) + ":{*}:index"
+        found: list[str] = []
+        cursor: int = 0
+        with self._redis_errors():
+            while True:
+                cursor, keys = await client.scan(cursor, match=match, count=1000)
+                # agents' indexes (``...:a:A:index``) match the pattern too: keep the legacy ones
+                found += [key for key in map(_text, keys) if self._legacy_index.fullmatch(key)]
+                if not cursor or (first_only and found):
+                    return found
+
+    async def _any_legacy(self, client: aioredis.Redis) -> bool:
+        return bool(await self._legacy_indexes(client, first_only=True))
+
+    async def _recheck_legacy(self) -> None:
+        self._legacy.value = await self._any_legacy(await self._loop_client())
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        client = await self._conn()
+        if user_id is not None:
+            return [(user_id, info.session_id) for info in await self._list_agent(client, "", user_id)]
+        found: list[tuple[str, str]] = []
+        for index in await self._legacy_indexes(client):
+            base = index[: -len(":index")]
+            with self._redis_errors():
+                raw_members: list[Any] = await client.zrange(index, 0, -1)
+                members = [_text(m) for m in raw_members]
+                if not members:
+                    continue
+                pipe = client.pipeline(transaction=False)
+                for sid in members:
+                    pipe.hmget(f"{base}:s:{_id_token(sid)}:h", ["user_id", "session_id"])
+                rows = await pipe.execute()
+            for sid, (user, stored_sid) in zip(members, rows, strict=True):
+                if user is not None and stored_sid is not None and _text(stored_sid) == sid:
+                    found.append((_text(user), sid))
+        return found
+
+    async def _move_legacy(self, user_id: str, session_id: str, agent: str, target: str) -> bool | None:
+        # one script: the keys are renamed (revision, timestamps and expiry kept), the indexes updated
+        source = self._keys("", user_id, session_id)
+        keys = [*source, *self._keys(agent, user_id, target)]
+        client = await self._conn()
+        with self._redis_errors():
+            moved = int(await self._move(keys=keys, args=[session_id, target, agent], client=client))
+        return None if moved < 0 else moved == 1
 
     async def close(self) -> None:
         """Close the client if this store created it (idempotent)."""

@@ -3,22 +3,30 @@
 Schema (``<prefix>`` is ``table_prefix``, ``agentrt_`` by default; created on first use)::
 
     <prefix>sessions
+        agent            VARCHAR(100)  the agent's state_key ('' = the legacy namespace), hashed like the
+                                       ids past 100 characters (MySQL/MariaDB: VARBINARY(400))
         user_id          VARCHAR(255)  the id, or "sha256:<hex of the id>" when it has more than 255
         session_id       VARCHAR(255)  characters or starts with "sha256:" (MySQL/MariaDB: VARBINARY(1020)
                                        holding UTF-8, so keys compare exactly: no case folding, no padding)
-        user_id_full     TEXT NULL     the original id when the key column holds its hash
+        agent_full       TEXT NULL     the original agent / id when the key column holds its hash
+        user_id_full     TEXT NULL
         session_id_full  TEXT NULL
         revision         BIGINT
         doc              TEXT (MySQL: LONGTEXT)  encode_state(include_messages=False) as JSON
         message_count    BIGINT
         created_at       DOUBLE PRECISION        seconds since the epoch
         updated_at       DOUBLE PRECISION
-        PRIMARY KEY (user_id, session_id), INDEX <prefix>sessions_by_user (user_id, updated_at)
+        PRIMARY KEY (agent, user_id, session_id), INDEX <prefix>sessions_by_user (user_id, updated_at)
     <prefix>messages
-        user_id, session_id            as above
+        agent, user_id, session_id     as above
         seq              BIGINT        0, 1, 2, ... in conversation order
         body             TEXT (MySQL: LONGTEXT)  one encode_message JSON text
-        PRIMARY KEY (user_id, session_id, seq)
+        PRIMARY KEY (agent, user_id, session_id, seq)
+
+Tables of earlier versions (without ``agent``) are migrated in place on first use, under the same
+database-wide lock as the table creation: ``agent`` is added with the default ``''`` (so their
+sessions become the legacy namespace) and joins the primary keys. The presence of the column is
+the schema version; the migration is idempotent and each table's ``ALTER`` is one statement.
 
 The columns ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and
 override the copies in ``doc`` on load (``doc`` is rewritten only when fields change).
@@ -59,7 +67,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from agentrt import _json
 from agentrt.errors import AgentrtError, SessionBusyError, StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
-from agentrt.state.base import STATE_FIELDS, AgentState, BaseStateStore, SessionInfo
+from agentrt.state.base import (
+    STATE_FIELDS,
+    AgentState,
+    BaseStateStore,
+    SessionInfo,
+    check_agent,
+    check_expected_revision,
+)
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
 
@@ -70,6 +85,7 @@ logger = logging.getLogger("agentrt.state")
 _T = TypeVar("_T")
 
 _KEY_CHARS = 255
+_AGENT_CHARS = 100  # InnoDB keys hold at most 3072 bytes: 400 + 1020 + 1020 + 8 fit
 _HASH_MARK = "sha256:"
 _PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _ASYNC_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "mysql": ("asyncmy", "aiomysql")}
@@ -108,13 +124,17 @@ class _Key(sa.types.TypeDecorator[str]):
     impl = sa.String(_KEY_CHARS)
     cache_ok = True
 
+    def __init__(self, chars: int = _KEY_CHARS) -> None:
+        super().__init__(chars)
+        self.chars = chars
+
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name in ("mysql", "mariadb"):
             # utf8mb4 collations fold case and accents and ignore trailing spaces: compare bytes instead
-            return dialect.type_descriptor(sa_mysql.VARBINARY(_KEY_CHARS * 4))
+            return dialect.type_descriptor(sa_mysql.VARBINARY(self.chars * 4))
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(sa.String(_KEY_CHARS, collation="C"))
-        return dialect.type_descriptor(sa.String(_KEY_CHARS))
+            return dialect.type_descriptor(sa.String(self.chars, collation="C"))
+        return dialect.type_descriptor(sa.String(self.chars))
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
         if value is not None and dialect.name in ("mysql", "mariadb"):
@@ -133,8 +153,10 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
     sessions = sa.Table(
         f"{prefix}sessions",
         metadata,
+        sa.Column("agent", _Key(_AGENT_CHARS), primary_key=True, server_default=""),
         sa.Column("user_id", _Key(), primary_key=True),
         sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("agent_full", long_text, nullable=True),
         sa.Column("user_id_full", long_text, nullable=True),
         sa.Column("session_id_full", long_text, nullable=True),
         sa.Column("revision", sa.BigInteger(), nullable=False),
@@ -149,6 +171,7 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
     messages = sa.Table(
         f"{prefix}messages",
         metadata,
+        sa.Column("agent", _Key(_AGENT_CHARS), primary_key=True, server_default=""),
         sa.Column("user_id", _Key(), primary_key=True),
         sa.Column("session_id", _Key(), primary_key=True),
         sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
@@ -159,19 +182,52 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
     return metadata, sessions, messages
 
 
-def _key(value: str, what: str) -> tuple[str, str | None]:
+def _key(value: str, what: str, chars: int = _KEY_CHARS) -> tuple[str, str | None]:
     """The key column value for an id, and the id itself when the key is its hash."""
     if not isinstance(value, str):
         raise UserError(f"{what} must be a string, not {type(value).__name__}")
     if "\x00" in value:
         raise UserError(f"{what} must not contain NUL characters")
-    if len(value) <= _KEY_CHARS and not value.startswith(_HASH_MARK):
+    if len(value) <= chars and not value.startswith(_HASH_MARK):
         return value, None
     return _HASH_MARK + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest(), value
 
 
+def _agent_key(agent: str) -> tuple[str, str | None]:
+    return _key(check_agent(agent), "agent", _AGENT_CHARS)
+
+
 def _digest(*parts: str) -> bytes:
     return hashlib.sha256(_json.dumps_bytes(list(parts))).digest()
+
+
+class _Keys:
+    """The key column values of one session, and the originals of hashed ones."""
+
+    __slots__ = ("agent", "agent_full", "session", "session_full", "user", "user_full")
+
+    def __init__(
+        self,
+        agent: str,
+        user: str,
+        session: str,
+        agent_full: str | None,
+        user_full: str | None,
+        session_full: str | None,
+    ) -> None:
+        self.agent, self.user, self.session = agent, user, session
+        self.agent_full, self.user_full, self.session_full = agent_full, user_full, session_full
+
+    def key(self) -> dict[str, str]:
+        return {"agent": self.agent, "user_id": self.user, "session_id": self.session}
+
+    def columns(self) -> dict[str, str | None]:
+        return {
+            **self.key(),
+            "agent_full": self.agent_full,
+            "user_id_full": self.user_full,
+            "session_id_full": self.session_full,
+        }
 
 
 class _CasFailedError(Exception):
@@ -223,6 +279,7 @@ class SqlStateStore(BaseStateStore):
         self._lock_poll = float(lock_poll)
         self._closed = False
         self._ready = False
+        self._has_legacy = False
         self._ddl_lock = asyncio.Lock()
         self._local = LocalSessionLocks()
         if engine is not None and url is not None:
@@ -282,12 +339,13 @@ class SqlStateStore(BaseStateStore):
         await self._run("drop tables", run)
         self._ready = False
 
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
+        ak, _ = _agent_key(agent)
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
         await self._ensure_tables()
-        found = await self._run("load", lambda: self._load_tx(uk, sk))
+        found = await self._run("load", lambda: self._load_tx(ak, uk, sk))
         if found is None:
             return None
         revision, raw_doc, count, created_at, updated_at, bodies = found
@@ -299,6 +357,7 @@ class SqlStateStore(BaseStateStore):
             state = decode_state(doc, [decode_message(body) for body in bodies])
         except (TypeError, ValueError) as exc:
             raise StateStoreError(f"stored {where} is corrupt: {exc}") from exc
+        state.agent = agent
         state.user_id = user_id
         state.session_id = session_id
         state.revision = int(revision)
@@ -314,64 +373,76 @@ class SqlStateStore(BaseStateStore):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Append messages and set changed fields if `expected_revision` is current; returns the new revision."""
+        check_expected_revision(expected_revision)
+        ak, afull = _agent_key(agent)
         uk, ufull = _key(user_id, "user_id")
         sk, sfull = _key(session_id, "session_id")
         patch = _encode_patch(fields)
         bodies = [encode_message(m) for m in messages]
         await self._ensure_tables()
-        if expected_revision < 0:
-            raise await self._conflict(user_id, session_id, uk, sk, expected_revision)
+        keys = _Keys(ak, uk, sk, afull, ufull, sfull)
 
         async def run() -> int:
-            return await self._append_tx(uk, sk, ufull, sfull, user_id, session_id, bodies, patch, expected_revision)
+            return await self._append_tx(keys, agent, user_id, session_id, bodies, patch, expected_revision)
 
         try:
             return await self._run("append", run)
         except _CasFailedError:
-            raise await self._conflict(user_id, session_id, uk, sk, expected_revision) from None
+            raise await self._conflict(user_id, session_id, keys, expected_revision) from None
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the whole state (messages too); returns the new revision."""
+        check_expected_revision(expected_revision, optional=True)
+        ak, afull = _agent_key(state.agent)
         uk, ufull = _key(state.user_id, "user_id")
         sk, sfull = _key(state.session_id, "session_id")
         doc = encode_state(state, include_messages=False)
         bodies = [encode_message(m) for m in state.messages]
         await self._ensure_tables()
-        if expected_revision is not None and expected_revision < 0:
-            raise await self._conflict(state.user_id, state.session_id, uk, sk, expected_revision)
+        keys = _Keys(ak, uk, sk, afull, ufull, sfull)
 
         async def run() -> int:
-            return await self._save_tx(uk, sk, ufull, sfull, doc, bodies, float(state.created_at), expected_revision)
+            return await self._save_tx(keys, doc, bodies, float(state.created_at), expected_revision)
 
         for _ in range(_ATTEMPTS):
             try:
                 return await self._run("save", run)
             except _CasFailedError:
                 assert expected_revision is not None
-                raise await self._conflict(state.user_id, state.session_id, uk, sk, expected_revision) from None
+                raise await self._conflict(state.user_id, state.session_id, keys, expected_revision) from None
             except _CreateRaceError:
                 continue
         raise StateStoreError(f"save of session {state.session_id!r} kept racing other writers; try again")
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove a session and its messages; True if it existed."""
+        ak, _ = _agent_key(agent)
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
         await self._ensure_tables()
-        return await self._run("delete", lambda: self._delete_tx(uk, sk))
+        return await self._run("delete", lambda: self._delete_tx(ak, uk, sk))
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, most recently updated first."""
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions (of every agent, or of `agent`), most recently updated first."""
         uk, _ = _key(user_id, "user_id")
+        ak = None if agent is None else _agent_key(agent)[0]
         await self._ensure_tables()
         s = self._sessions
-        stmt = (
-            sa.select(s.c.session_id, s.c.session_id_full, s.c.message_count, s.c.revision, s.c.updated_at)
-            .where(s.c.user_id == uk)
-            .order_by(s.c.updated_at.desc(), s.c.session_id)
-        )
+        stmt = sa.select(
+            s.c.agent,
+            s.c.agent_full,
+            s.c.session_id,
+            s.c.session_id_full,
+            s.c.message_count,
+            s.c.revision,
+            s.c.updated_at,
+        ).where(s.c.user_id == uk)
+        if ak is not None:
+            stmt = stmt.where(s.c.agent == ak)
+        stmt = stmt.order_by(s.c.updated_at.desc(), s.c.agent, s.c.session_id)
 
         async def run() -> list[tuple[Any, ...]]:
             async with self._engine.connect() as conn:
@@ -380,23 +451,97 @@ class SqlStateStore(BaseStateStore):
         rows = await self._run("list sessions", run)
         return [
             SessionInfo(
+                agent=afull if afull is not None else akey,
                 user_id=user_id,
                 session_id=full if full is not None else key,
                 message_count=int(count),
                 revision=int(revision),
                 updated_at=float(updated_at),
             )
-            for key, full, count, revision, updated_at in rows
+            for akey, afull, key, full, count, revision, updated_at in rows
         ]
 
-    def session_lock(self, user_id: str, session_id: str, *, timeout: float | None = None) -> SqlSessionLock:
+    def session_lock(
+        self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
+    ) -> SqlSessionLock:
         """``async with store.session_lock(user, session):`` - one caller at a time, across processes.
 
         Raises `SessionBusyError` if the lock is not acquired within `timeout` seconds (None: wait).
         """
+        _agent_key(agent)
         _key(user_id, "user_id")
         _key(session_id, "session_id")
-        return SqlSessionLock(self._local, user_id, session_id, timeout, store=self)
+        return SqlSessionLock(self._local, user_id, session_id, timeout, store=self, agent=agent)
+
+    # -- the legacy namespace ------------------------------------------------------------------
+
+    @property
+    def has_legacy_sessions(self) -> bool:
+        """Whether the tables held agent-``""`` sessions (e.g. from before the agent column) when opened.
+
+        Known once the store has run its first operation; refreshed by `migrate_legacy`.
+        """
+        return self._has_legacy
+
+    async def _any_legacy(self) -> bool:
+        s = self._sessions
+
+        async def run() -> bool:
+            async with self._engine.connect() as conn:
+                return (
+                    await conn.execute(sa.select(sa.literal(1)).where(s.c.agent == "").limit(1))
+                ).first() is not None
+
+        return await self._run("look for legacy sessions", run)
+
+    async def _recheck_legacy(self) -> None:
+        await self._ensure_tables()
+        self._has_legacy = await self._any_legacy()
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        await self._ensure_tables()
+        s = self._sessions
+        stmt = sa.select(s.c.user_id, s.c.user_id_full, s.c.session_id, s.c.session_id_full).where(s.c.agent == "")
+        if user_id is not None:
+            stmt = stmt.where(s.c.user_id == _key(user_id, "user_id")[0])
+
+        async def run() -> list[tuple[Any, ...]]:
+            async with self._engine.connect() as conn:
+                return [tuple(row) for row in (await conn.execute(stmt)).all()]
+
+        rows = await self._run("list legacy sessions", run)
+        return [
+            (ufull if ufull is not None else u, sfull if sfull is not None else sid) for u, ufull, sid, sfull in rows
+        ]
+
+    async def _move_legacy(self, user_id: str, session_id: str, agent: str, target: str) -> bool | None:
+        # the key columns change in place, in one transaction: revision and timestamps are kept
+        ak, afull = _agent_key(agent)
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        tk, tfull = _key(target, "session_id")
+        s, m = self._sessions, self._messages
+        await self._ensure_tables()
+
+        async def run() -> bool | None:
+            async with self._engine.begin() as conn:
+                taken = (await conn.execute(sa.select(s.c.revision).where(self._where_key(s, ak, uk, tk)))).first()
+                if taken is not None:
+                    return False
+                try:
+                    result = await conn.execute(
+                        sa.update(s)
+                        .where(self._where_key(s, "", uk, sk))
+                        .values(agent=ak, agent_full=afull, session_id=tk, session_id_full=tfull)
+                    )
+                except sa_exc.IntegrityError:
+                    return False  # created meanwhile
+                if result.rowcount != 1:
+                    return None  # moved or deleted meanwhile
+                await conn.execute(sa.update(m).where(self._where_key(m, "", uk, sk)).values(agent=ak, session_id=tk))
+            return True
+
+        return await self._run("move a legacy session", run)
 
     async def close(self) -> None:
         """Dispose of the engines the store created (never one passed in). Idempotent."""
@@ -410,10 +555,10 @@ class SqlStateStore(BaseStateStore):
 
     # -- transactions --------------------------------------------------------------------------
 
-    def _where_key(self, table: sa.Table, uk: str, sk: str) -> sa.ColumnElement[bool]:
-        return sa.and_(table.c.user_id == uk, table.c.session_id == sk)
+    def _where_key(self, table: sa.Table, ak: str, uk: str, sk: str) -> sa.ColumnElement[bool]:
+        return sa.and_(table.c.agent == ak, table.c.user_id == uk, table.c.session_id == sk)
 
-    async def _load_tx(self, uk: str, sk: str) -> tuple[int, str, int, float, float, list[str]] | None:
+    async def _load_tx(self, ak: str, uk: str, sk: str) -> tuple[int, str, int, float, float, list[str]] | None:
         s, m = self._sessions, self._messages
         async with self._engine.connect() as conn:
             if self._pg:  # one snapshot for both reads (MySQL engines we create default to it)
@@ -422,7 +567,7 @@ class SqlStateStore(BaseStateStore):
                 row = (
                     await conn.execute(
                         sa.select(s.c.revision, s.c.doc, s.c.message_count, s.c.created_at, s.c.updated_at).where(
-                            self._where_key(s, uk, sk)
+                            self._where_key(s, ak, uk, sk)
                         )
                     )
                 ).first()
@@ -432,17 +577,15 @@ class SqlStateStore(BaseStateStore):
                 # `seq < count` keeps reads consistent even under READ COMMITTED (a user's engine)
                 bodies = (
                     await conn.execute(
-                        sa.select(m.c.body).where(self._where_key(m, uk, sk), m.c.seq < count).order_by(m.c.seq)
+                        sa.select(m.c.body).where(self._where_key(m, ak, uk, sk), m.c.seq < count).order_by(m.c.seq)
                     )
                 ).scalars()
                 return int(revision), str(doc), int(count), float(created_at), float(updated_at), list(bodies)
 
     async def _append_tx(
         self,
-        uk: str,
-        sk: str,
-        ufull: str | None,
-        sfull: str | None,
+        keys: _Keys,
+        agent: str,
         user_id: str,
         session_id: str,
         bodies: list[str],
@@ -456,16 +599,14 @@ class SqlStateStore(BaseStateStore):
         async with self._engine.begin() as conn:
             if expected == 0:
                 doc = encode_state(
-                    AgentState(user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+                    AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now),
+                    include_messages=False,
                 )
                 doc.update(patch or {}, revision=revision, updated_at=now)
                 try:
                     await conn.execute(
                         sa.insert(s).values(
-                            user_id=uk,
-                            session_id=sk,
-                            user_id_full=ufull,
-                            session_id_full=sfull,
+                            **keys.columns(),
                             revision=revision,
                             doc=_json.dumps(doc),
                             message_count=n,
@@ -477,7 +618,7 @@ class SqlStateStore(BaseStateStore):
                     raise _CasFailedError from None
                 base = 0
             else:
-                where = self._where_key(s, uk, sk)
+                where = self._where_key(s, keys.agent, keys.user, keys.session)
                 cas = (
                     sa.update(s)
                     .where(where, s.c.revision == expected)
@@ -499,17 +640,13 @@ class SqlStateStore(BaseStateStore):
                     await conn.execute(sa.update(s).where(where).values(doc=_json.dumps(doc)))
             if bodies:
                 await conn.execute(
-                    sa.insert(m),
-                    [{"user_id": uk, "session_id": sk, "seq": base + i, "body": body} for i, body in enumerate(bodies)],
+                    sa.insert(m), [{**keys.key(), "seq": base + i, "body": b} for i, b in enumerate(bodies)]
                 )
         return revision
 
     async def _save_tx(
         self,
-        uk: str,
-        sk: str,
-        ufull: str | None,
-        sfull: str | None,
+        keys: _Keys,
         doc: dict[str, Any],
         bodies: list[str],
         created_at: float,
@@ -517,7 +654,7 @@ class SqlStateStore(BaseStateStore):
     ) -> int:
         s, m = self._sessions, self._messages
         now = time.time()
-        where = self._where_key(s, uk, sk)
+        where = self._where_key(s, keys.agent, keys.user, keys.session)
         async with self._engine.begin() as conn:
             if expected is None:
                 row = (await conn.execute(sa.select(s.c.revision).where(where).with_for_update())).first()
@@ -534,38 +671,33 @@ class SqlStateStore(BaseStateStore):
             }
             if current == 0:
                 try:
-                    await conn.execute(
-                        sa.insert(s).values(
-                            user_id=uk, session_id=sk, user_id_full=ufull, session_id_full=sfull, **values
-                        )
-                    )
+                    await conn.execute(sa.insert(s).values(**keys.columns(), **values))
                 except sa_exc.IntegrityError:
                     raise (_CreateRaceError if expected is None else _CasFailedError) from None
             else:
                 result = await conn.execute(sa.update(s).where(where, s.c.revision == current).values(**values))
                 if result.rowcount != 1:
                     raise _CreateRaceError if expected is None else _CasFailedError
-                await conn.execute(sa.delete(m).where(self._where_key(m, uk, sk)))
+                await conn.execute(sa.delete(m).where(self._where_key(m, keys.agent, keys.user, keys.session)))
             if bodies:
-                await conn.execute(
-                    sa.insert(m),
-                    [{"user_id": uk, "session_id": sk, "seq": i, "body": body} for i, body in enumerate(bodies)],
-                )
+                await conn.execute(sa.insert(m), [{**keys.key(), "seq": i, "body": b} for i, b in enumerate(bodies)])
         return revision
 
-    async def _delete_tx(self, uk: str, sk: str) -> bool:
+    async def _delete_tx(self, ak: str, uk: str, sk: str) -> bool:
+        s, m = self._sessions, self._messages
         async with self._engine.begin() as conn:
             # the session row first: the lock order of append and save, so no deadlock between them
-            result = await conn.execute(sa.delete(self._sessions).where(self._where_key(self._sessions, uk, sk)))
-            await conn.execute(sa.delete(self._messages).where(self._where_key(self._messages, uk, sk)))
+            result = await conn.execute(sa.delete(s).where(self._where_key(s, ak, uk, sk)))
+            await conn.execute(sa.delete(m).where(self._where_key(m, ak, uk, sk)))
             return result.rowcount > 0
 
-    async def _conflict(self, user_id: str, session_id: str, uk: str, sk: str, expected: int) -> StateConflictError:
+    async def _conflict(self, user_id: str, session_id: str, keys: _Keys, expected: int) -> StateConflictError:
         s = self._sessions
+        where = self._where_key(s, keys.agent, keys.user, keys.session)
 
         async def run() -> int:
             async with self._engine.connect() as conn:
-                value = (await conn.execute(sa.select(s.c.revision).where(self._where_key(s, uk, sk)))).scalar()
+                value = (await conn.execute(sa.select(s.c.revision).where(where))).scalar()
                 return 0 if value is None else int(value)
 
         current = await self._run("read revision", run)
@@ -594,6 +726,7 @@ class SqlStateStore(BaseStateStore):
             if self._ready:
                 return
             await self._run("create tables", self._create_tables)
+            self._has_legacy = await self._any_legacy()
             self._ready = True
 
     async def _create_tables(self) -> None:
@@ -605,6 +738,7 @@ class SqlStateStore(BaseStateStore):
                     sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._pg_key("ddl", self._prefix)}
                 )
                 await conn.run_sync(self._metadata.create_all, checkfirst=True)
+                await self._add_agent_column(conn)
                 await conn.commit()
                 return
             got = (await conn.execute(sa.text("SELECT GET_LOCK(:n, :t)"), {"n": name, "t": _DDL_LOCK_WAIT})).scalar()
@@ -613,12 +747,44 @@ class SqlStateStore(BaseStateStore):
             try:
                 await conn.run_sync(self._metadata.create_all, checkfirst=True)
                 await conn.commit()
+                await self._add_agent_column(conn)
             finally:
                 try:
                     await conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": name})
                 except BaseException:
                     await _discard(conn)  # closing the connection frees the lock
                     raise
+
+    async def _add_agent_column(self, conn: AsyncConnection) -> None:
+        """Migrate tables of earlier versions: add ``agent`` (default '') and put it in the primary keys.
+
+        Runs under the DDL lock. Each table's change is a single ``ALTER TABLE`` (atomic on every
+        supported server), checked per table, so an interrupted migration resumes where it stopped.
+        """
+
+        def missing(sync_conn: sa.Connection) -> list[tuple[sa.Table, str | None]]:
+            inspector = sa.inspect(sync_conn)
+            todo: list[tuple[sa.Table, str | None]] = []
+            for table in (self._sessions, self._messages):
+                if "agent" not in {column["name"] for column in inspector.get_columns(table.name)}:
+                    todo.append((table, inspector.get_pk_constraint(table.name).get("name")))
+            return todo
+
+        quote = conn.dialect.identifier_preparer.quote
+        agent_type = f'VARCHAR({_AGENT_CHARS}) COLLATE "C"' if self._pg else f"VARBINARY({_AGENT_CHARS * 4})"
+        for table, pk_name in await conn.run_sync(missing):
+            columns = ["agent", "user_id", "session_id"] + (["seq"] if table is self._messages else [])
+            changes = [f"ADD COLUMN agent {agent_type} NOT NULL DEFAULT ''"]
+            if table is self._sessions:
+                changes.append(f"ADD COLUMN agent_full {'TEXT' if self._pg else 'LONGTEXT'} NULL")
+            if self._pg:
+                changes.append(f"DROP CONSTRAINT {quote(pk_name or table.name + '_pkey')}")
+            else:
+                changes.append("DROP PRIMARY KEY")
+            changes.append(f"ADD PRIMARY KEY ({', '.join(columns)})")
+            logger.info("migrating table %s: sessions now belong to an agent", table.name)
+            await conn.execute(sa.text(f"ALTER TABLE {quote(table.name)} {', '.join(changes)}"))
+        await conn.commit()
 
     async def _run(self, what: str, op: Callable[[], Awaitable[_T]]) -> _T:
         """Run one transaction, retrying deadlock victims (rolled back: safe), mapping driver errors."""
@@ -657,15 +823,14 @@ class SqlStateStore(BaseStateStore):
         # GET_LOCK names are server-wide (not per database) and at most 64 characters
         return "agentrt:" + _digest(self._url.database or "", *parts).hex()[:48]
 
-    def _lock_params(self, user_id: str, session_id: str) -> dict[str, Any]:
+    def _lock_params(self, agent: str, user_id: str, session_id: str) -> dict[str, Any]:
+        # the legacy agent "" keeps the lock names of earlier versions
+        ids = (agent, user_id, session_id) if agent else (user_id, session_id)
         if self._pg:
-            return {
-                "main": self._pg_key("lock", self._prefix, user_id, session_id),
-                "want": self._pg_key("want", self._prefix, user_id, session_id),
-            }
+            return {"main": self._pg_key("lock", self._prefix, *ids), "want": self._pg_key("want", self._prefix, *ids)}
         return {
-            "main": self._lock_name("lock", self._prefix, user_id, session_id),
-            "want": self._lock_name("want", self._prefix, user_id, session_id),
+            "main": self._lock_name("lock", self._prefix, *ids),
+            "want": self._lock_name("want", self._prefix, *ids),
         }
 
     async def _lock_connection(self, deadline: float | None, timeout: float | None, describe: str) -> AsyncConnection:
@@ -767,12 +932,20 @@ class SqlSessionLock(SessionLockHold):
     process releasing the lock cannot take it back while another holds that.
     """
 
-    __slots__ = ("_conn", "_params", "_session_id", "_store", "_user_id")
+    __slots__ = ("_agent", "_conn", "_params", "_session_id", "_store", "_user_id")
 
     def __init__(
-        self, owner: LocalSessionLocks, user_id: str, session_id: str, timeout: float | None, *, store: SqlStateStore
+        self,
+        owner: LocalSessionLocks,
+        user_id: str,
+        session_id: str,
+        timeout: float | None,
+        *,
+        store: SqlStateStore,
+        agent: str = "",
     ) -> None:
-        super().__init__(owner, (user_id, session_id), timeout)
+        super().__init__(owner, (agent, user_id, session_id), timeout)
+        self._agent = agent
         self._user_id = user_id
         self._session_id = session_id
         self._store = store
@@ -793,7 +966,7 @@ class SqlSessionLock(SessionLockHold):
         loop = asyncio.get_running_loop()
         timeout = self._timeout
         deadline = None if timeout is None else loop.time() + max(0.0, timeout)
-        self._params = self._store._lock_params(self._user_id, self._session_id)
+        self._params = self._store._lock_params(self._agent, self._user_id, self._session_id)
         await super().__aenter__()  # the in-process FIFO lock (SessionBusyError on timeout)
         try:
             self._conn = await self._store._acquire_lock(self._params, deadline, timeout, self._describe())

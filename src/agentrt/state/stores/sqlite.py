@@ -1,16 +1,22 @@
 """SqliteStateStore: the embedded default store (stdlib `sqlite3`, WAL mode, one worker thread per store).
 
-Schema (``PRAGMA user_version = 1``)::
+Schema (``PRAGMA user_version = 2``)::
 
-    sessions(user_id TEXT, session_id TEXT, revision INTEGER, doc TEXT, message_count INTEGER,
-             created_at REAL, updated_at REAL, PRIMARY KEY(user_id, session_id))
-    messages(user_id TEXT, session_id TEXT, seq INTEGER, body TEXT, PRIMARY KEY(user_id, session_id, seq),
-             FOREIGN KEY(user_id, session_id) REFERENCES sessions ON DELETE CASCADE)
+    sessions(agent TEXT DEFAULT '', user_id TEXT, session_id TEXT, revision INTEGER, doc TEXT,
+             message_count INTEGER, created_at REAL, updated_at REAL,
+             PRIMARY KEY(agent, user_id, session_id))
+    messages(agent TEXT DEFAULT '', user_id TEXT, session_id TEXT, seq INTEGER, body TEXT,
+             PRIMARY KEY(agent, user_id, session_id, seq),
+             FOREIGN KEY(agent, user_id, session_id) REFERENCES sessions ON DELETE CASCADE ON UPDATE CASCADE)
     INDEX sessions_by_user_updated ON sessions(user_id, updated_at)
 
-``doc`` is `encode_state(state, include_messages=False)` (see `agentrt.state.codec`); the columns
-``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and override the
-copies in ``doc`` on load. ``messages.body`` is one `encode_message` JSON text, ``seq`` counts from 0.
+``doc`` is `encode_state(state, include_messages=False)` (see `agentrt.state.codec`); the key columns
+and ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and override
+the copies in ``doc`` on load. ``messages.body`` is one `encode_message` JSON text, ``seq`` counts from 0.
+
+Version 1 databases (sessions without an agent) are migrated in place when first opened: the tables
+are rebuilt with ``agent = ''`` (the legacy namespace) in one ``BEGIN IMMEDIATE`` transaction, so a
+second process opening the file meanwhile waits and then finds version 2.
 
 Every operation is one function call on the store's single worker thread (one thread hop, one
 transaction), so the event loop never blocks on disk I/O. `append` inserts only the new message rows
@@ -34,7 +40,7 @@ from typing import Any, Self, TypeVar
 from agentrt import _json
 from agentrt.errors import StateConflictError, StateStoreError
 from agentrt.message import Msg
-from agentrt.state.base import AgentState, BaseStateStore, SessionInfo
+from agentrt.state.base import AgentState, BaseStateStore, SessionInfo, check_agent, check_expected_revision
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 
 __all__ = ["DEFAULT_PATH", "SqliteStateStore"]
@@ -42,10 +48,11 @@ __all__ = ["DEFAULT_PATH", "SqliteStateStore"]
 DEFAULT_PATH = Path("~/.agentrt/state.db")
 """Where `SqliteStateStore()` keeps its database when no path is given (``~`` is expanded)."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
+_TABLES = """
+CREATE TABLE {sessions} (
+    agent         TEXT    NOT NULL DEFAULT '',
     user_id       TEXT    NOT NULL,
     session_id    TEXT    NOT NULL,
     revision      INTEGER NOT NULL,
@@ -53,17 +60,30 @@ CREATE TABLE IF NOT EXISTS sessions (
     message_count INTEGER NOT NULL,
     created_at    REAL    NOT NULL,
     updated_at    REAL    NOT NULL,
-    PRIMARY KEY (user_id, session_id)
+    PRIMARY KEY (agent, user_id, session_id)
 );
-CREATE INDEX IF NOT EXISTS sessions_by_user_updated ON sessions (user_id, updated_at);
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE {messages} (
+    agent      TEXT    NOT NULL DEFAULT '',
     user_id    TEXT    NOT NULL,
     session_id TEXT    NOT NULL,
     seq        INTEGER NOT NULL,
     body       TEXT    NOT NULL,
-    PRIMARY KEY (user_id, session_id, seq),
-    FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, session_id) ON DELETE CASCADE
+    PRIMARY KEY (agent, user_id, session_id, seq),
+    FOREIGN KEY (agent, user_id, session_id) REFERENCES sessions (agent, user_id, session_id)
+        ON DELETE CASCADE ON UPDATE CASCADE
 );
+"""
+_INDEXES = "CREATE INDEX IF NOT EXISTS sessions_by_user_updated ON sessions (user_id, updated_at);"
+# version 1 -> 2: rebuild both tables with the agent column (SQLite cannot change a primary key)
+_FROM_V1 = """
+INSERT INTO sessions_v2 (agent, user_id, session_id, revision, doc, message_count, created_at, updated_at)
+    SELECT '', user_id, session_id, revision, doc, message_count, created_at, updated_at FROM sessions;
+INSERT INTO messages_v2 (agent, user_id, session_id, seq, body)
+    SELECT '', user_id, session_id, seq, body FROM messages;
+DROP TABLE messages;
+DROP TABLE sessions;
+ALTER TABLE sessions_v2 RENAME TO sessions;
+ALTER TABLE messages_v2 RENAME TO messages;
 """
 
 _T = TypeVar("_T")
@@ -119,6 +139,7 @@ class SqliteStateStore(BaseStateStore):
         self._conn: sqlite3.Connection | None = None  # created and used on the worker thread only
         self._used = False
         self._closed = False
+        self._has_legacy = False
 
     @property
     def path(self) -> str:
@@ -132,9 +153,9 @@ class SqliteStateStore(BaseStateStore):
         return self
 
     # -- store protocol -------------------------------------------------------------------
-    async def load(self, user_id: str, session_id: str) -> AgentState | None:
+    async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
-        return await self._call(_load, user_id, session_id)
+        return await self._call(_load, check_agent(agent), user_id, session_id)
 
     async def append(
         self,
@@ -144,26 +165,50 @@ class SqliteStateStore(BaseStateStore):
         *,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int,
+        agent: str = "",
     ) -> int:
         """Insert the new messages and merge changed fields if `expected_revision` is current."""
+        check_expected_revision(expected_revision)
+        check_agent(agent)
         # Encoded here, on the caller's thread: the write stores the values as they are now.
         bodies = _encode_messages(messages)
         changed = encode_fields(fields) if fields else None
-        return await self._call(_append, user_id, session_id, bodies, changed, expected_revision)
+        return await self._call(_append, agent, user_id, session_id, bodies, changed, expected_revision)
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the session's state and messages."""
+        check_expected_revision(expected_revision, optional=True)
+        check_agent(state.agent)
         doc = encode_state(state, include_messages=False)
         bodies = _encode_messages(state.messages)
-        return await self._call(_save, state.user_id, state.session_id, doc, bodies, expected_revision)
+        return await self._call(_save, state.agent, state.user_id, state.session_id, doc, bodies, expected_revision)
 
-    async def delete(self, user_id: str, session_id: str) -> bool:
+    async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove the session and its messages; True if it existed."""
-        return await self._call(_delete, user_id, session_id)
+        return await self._call(_delete, check_agent(agent), user_id, session_id)
 
-    async def list_sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions, most recently updated first."""
-        return await self._call(_list_sessions, user_id)
+    async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
+        """The user's sessions (of every agent, or of `agent`), most recently updated first."""
+        return await self._call(_list_sessions, user_id, None if agent is None else check_agent(agent))
+
+    # -- the legacy namespace -------------------------------------------------------------
+    @property
+    def has_legacy_sessions(self) -> bool:
+        """Whether the database held agent-``""`` sessions (e.g. from schema version 1) when opened.
+
+        Known once the store has run its first operation; refreshed by `migrate_legacy`.
+        """
+        return self._has_legacy
+
+    async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
+        return await self._call(_legacy_sessions, user_id)
+
+    async def _move_legacy(self, user_id: str, session_id: str, agent: str, target: str) -> bool | None:
+        # one transaction: the key columns change in place (messages follow by ON UPDATE CASCADE)
+        return await self._call(_move, user_id, session_id, agent, target)
+
+    async def _recheck_legacy(self) -> None:
+        self._has_legacy = await self._call(_any_legacy)
 
     async def close(self) -> None:
         """Close the database connection and stop the worker thread (idempotent)."""
@@ -284,8 +329,9 @@ class SqliteStateStore(BaseStateStore):
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
+            _migrate(conn)  # before foreign keys are on: the migration rebuilds referenced tables
             conn.execute("PRAGMA foreign_keys = ON")
-            _migrate(conn)
+            self._has_legacy = _any_legacy(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -345,11 +391,26 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 f"the state database has schema version {version}, newer than this agentrt understands "
                 f"({SCHEMA_VERSION}); upgrade agentrt"
             )
-        if version < SCHEMA_VERSION:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version == SCHEMA_VERSION:
+            return
+        if version == 1:
+            _script(conn, _TABLES.format(sessions="sessions_v2", messages="messages_v2"))
+            _script(conn, _FROM_V1)
+        else:
+            _script(conn, _TABLES.format(sessions="sessions", messages="messages"))
+        _script(conn, _INDEXES)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _script(conn: sqlite3.Connection, sql: str) -> None:
+    # statement by statement: `executescript` would commit the open transaction first
+    for statement in sql.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _any_legacy(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE agent = '' LIMIT 1").fetchone() is not None
 
 
 def _conflict(user_id: str, session_id: str, current: int, expected: int) -> StateConflictError:
@@ -366,19 +427,18 @@ def _parse_doc(raw: Any, user_id: str, session_id: str) -> dict[str, Any]:
     return doc
 
 
-def _load(conn: sqlite3.Connection, user_id: str, session_id: str) -> AgentState | None:
+_KEY = "agent = ? AND user_id = ? AND session_id = ?"
+
+
+def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
+    key = (agent, user_id, session_id)
     with _transaction(conn, write=False):
         row = conn.execute(
-            "SELECT revision, doc, message_count, created_at, updated_at FROM sessions"
-            " WHERE user_id = ? AND session_id = ?",
-            (user_id, session_id),
+            f"SELECT revision, doc, message_count, created_at, updated_at FROM sessions WHERE {_KEY}", key
         ).fetchone()
         if row is None:
             return None
-        rows = conn.execute(
-            "SELECT seq, body FROM messages WHERE user_id = ? AND session_id = ? ORDER BY seq",
-            (user_id, session_id),
-        ).fetchall()
+        rows = conn.execute(f"SELECT seq, body FROM messages WHERE {_KEY} ORDER BY seq", key).fetchall()
     revision, raw_doc, count, created_at, updated_at = row
     where = f"session {session_id!r} of user {user_id!r}"
     if len(rows) != count or (rows and (rows[0][0] != 0 or rows[-1][0] != count - 1)):
@@ -392,6 +452,7 @@ def _load(conn: sqlite3.Connection, user_id: str, session_id: str) -> AgentState
         state.updated_at = float(updated_at)
     except (TypeError, ValueError) as exc:
         raise StateStoreError(f"stored {where} is corrupt: {exc}") from exc
+    state.agent = agent
     state.user_id = user_id
     state.session_id = session_id
     return state
@@ -399,16 +460,16 @@ def _load(conn: sqlite3.Connection, user_id: str, session_id: str) -> AgentState
 
 def _append(
     conn: sqlite3.Connection,
+    agent: str,
     user_id: str,
     session_id: str,
     bodies: list[str],
     changed: dict[str, Any] | None,
     expected: int,
 ) -> int:
+    key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
-        row = conn.execute(
-            _SELECT_FOR_APPEND_WITH_DOC if changed else _SELECT_FOR_APPEND, (user_id, session_id)
-        ).fetchone()
+        row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC if changed else _SELECT_FOR_APPEND, key).fetchone()
         current = 0 if row is None else int(row[0])
         if current != expected:
             raise _conflict(user_id, session_id, current, expected)
@@ -417,13 +478,14 @@ def _append(
         if row is None:
             count = 0
             doc = encode_state(
-                AgentState(user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+                AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now),
+                include_messages=False,
             )
             doc.update(changed or {}, revision=revision, updated_at=now)
             conn.execute(
-                "INSERT INTO sessions (user_id, session_id, revision, doc, message_count, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (user_id, session_id, revision, _json.dumps(doc), len(bodies), now, now),
+                "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*key, revision, _json.dumps(doc), len(bodies), now, now),
             )
         else:
             count = int(row[1])
@@ -431,40 +493,38 @@ def _append(
                 doc = _parse_doc(row[2], user_id, session_id)
                 doc.update(changed, revision=revision, updated_at=now)
                 conn.execute(
-                    "UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?, doc = ?"
-                    " WHERE user_id = ? AND session_id = ?",
-                    (revision, count + len(bodies), now, _json.dumps(doc), user_id, session_id),
+                    f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?, doc = ? WHERE {_KEY}",
+                    (revision, count + len(bodies), now, _json.dumps(doc), *key),
                 )
             else:  # the columns are authoritative for revision and timestamps: doc stays as it is
                 conn.execute(
-                    "UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?"
-                    " WHERE user_id = ? AND session_id = ?",
-                    (revision, count + len(bodies), now, user_id, session_id),
+                    f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ? WHERE {_KEY}",
+                    (revision, count + len(bodies), now, *key),
                 )
         if bodies:
             conn.executemany(
-                "INSERT INTO messages (user_id, session_id, seq, body) VALUES (?, ?, ?, ?)",
-                [(user_id, session_id, count + i, body) for i, body in enumerate(bodies)],
+                "INSERT INTO messages (agent, user_id, session_id, seq, body) VALUES (?, ?, ?, ?, ?)",
+                [(*key, count + i, body) for i, body in enumerate(bodies)],
             )
     return revision
 
 
-_SELECT_FOR_APPEND = "SELECT revision, message_count FROM sessions WHERE user_id = ? AND session_id = ?"
-_SELECT_FOR_APPEND_WITH_DOC = "SELECT revision, message_count, doc FROM sessions WHERE user_id = ? AND session_id = ?"
+_SELECT_FOR_APPEND = f"SELECT revision, message_count FROM sessions WHERE {_KEY}"
+_SELECT_FOR_APPEND_WITH_DOC = f"SELECT revision, message_count, doc FROM sessions WHERE {_KEY}"
 
 
 def _save(
     conn: sqlite3.Connection,
+    agent: str,
     user_id: str,
     session_id: str,
     doc: dict[str, Any],
     bodies: list[str],
     expected: int | None,
 ) -> int:
+    key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
-        row = conn.execute(
-            "SELECT revision FROM sessions WHERE user_id = ? AND session_id = ?", (user_id, session_id)
-        ).fetchone()
+        row = conn.execute(f"SELECT revision FROM sessions WHERE {_KEY}", key).fetchone()
         current = 0 if row is None else int(row[0])
         if expected is not None and current != expected:
             raise _conflict(user_id, session_id, current, expected)
@@ -472,43 +532,79 @@ def _save(
         revision = current + 1
         created_at = float(doc.get("created_at") or now)
         doc = {**doc, "revision": revision, "updated_at": now, "created_at": created_at}
-        conn.execute("DELETE FROM messages WHERE user_id = ? AND session_id = ?", (user_id, session_id))
+        conn.execute(f"DELETE FROM messages WHERE {_KEY}", key)
         conn.execute(
-            "INSERT INTO sessions (user_id, session_id, revision, doc, message_count, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (user_id, session_id) DO UPDATE SET revision = excluded.revision, doc = excluded.doc,"
-            " message_count = excluded.message_count, created_at = excluded.created_at,"
+            "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (agent, user_id, session_id) DO UPDATE SET revision = excluded.revision,"
+            " doc = excluded.doc, message_count = excluded.message_count, created_at = excluded.created_at,"
             " updated_at = excluded.updated_at",
-            (user_id, session_id, revision, _json.dumps(doc), len(bodies), created_at, now),
+            (*key, revision, _json.dumps(doc), len(bodies), created_at, now),
         )
         if bodies:
             conn.executemany(
-                "INSERT INTO messages (user_id, session_id, seq, body) VALUES (?, ?, ?, ?)",
-                [(user_id, session_id, i, body) for i, body in enumerate(bodies)],
+                "INSERT INTO messages (agent, user_id, session_id, seq, body) VALUES (?, ?, ?, ?, ?)",
+                [(*key, i, body) for i, body in enumerate(bodies)],
             )
     return revision
 
 
-def _delete(conn: sqlite3.Connection, user_id: str, session_id: str) -> bool:
+def _delete(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> bool:
+    key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
-        conn.execute("DELETE FROM messages WHERE user_id = ? AND session_id = ?", (user_id, session_id))
-        cursor = conn.execute("DELETE FROM sessions WHERE user_id = ? AND session_id = ?", (user_id, session_id))
+        conn.execute(f"DELETE FROM messages WHERE {_KEY}", key)
+        cursor = conn.execute(f"DELETE FROM sessions WHERE {_KEY}", key)
         return cursor.rowcount > 0
 
 
-def _list_sessions(conn: sqlite3.Connection, user_id: str) -> list[SessionInfo]:
-    rows = conn.execute(
-        "SELECT session_id, message_count, revision, updated_at FROM sessions WHERE user_id = ?"
-        " ORDER BY updated_at DESC, session_id",
-        (user_id,),
-    ).fetchall()
+def _list_sessions(conn: sqlite3.Connection, user_id: str, agent: str | None) -> list[SessionInfo]:
+    if agent is None:
+        rows = conn.execute(
+            "SELECT agent, session_id, message_count, revision, updated_at FROM sessions WHERE user_id = ?"
+            " ORDER BY updated_at DESC, agent, session_id",
+            (user_id,),
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT agent, session_id, message_count, revision, updated_at FROM sessions"
+            " WHERE agent = ? AND user_id = ? ORDER BY updated_at DESC, session_id",
+            (agent, user_id),
+        ).fetchall()
     return [
         SessionInfo(
+            agent=str(a),
             user_id=user_id,
             session_id=str(sid),
             message_count=int(count),
             revision=int(revision),
             updated_at=float(updated_at),
         )
-        for sid, count, revision, updated_at in rows
+        for a, sid, count, revision, updated_at in rows
     ]
+
+
+def _legacy_sessions(conn: sqlite3.Connection, user_id: str | None) -> list[tuple[str, str]]:
+    if user_id is None:
+        rows = conn.execute("SELECT user_id, session_id FROM sessions WHERE agent = ''").fetchall()
+    else:
+        rows = conn.execute(
+            "SELECT user_id, session_id FROM sessions WHERE agent = '' AND user_id = ?", (user_id,)
+        ).fetchall()
+    return [(str(u), str(s)) for u, s in rows]
+
+
+def _move(conn: sqlite3.Connection, user_id: str, session_id: str, agent: str, target: str) -> bool | None:
+    """Move a legacy session to (agent, user_id, target), revision and timestamps kept; False if taken."""
+    with _transaction(conn, write=True):
+        if conn.execute(f"SELECT 1 FROM sessions WHERE {_KEY}", (agent, user_id, target)).fetchone() is not None:
+            return False
+        row = conn.execute(f"SELECT doc FROM sessions WHERE {_KEY}", ("", user_id, session_id)).fetchone()
+        if row is None:
+            return None  # moved or deleted meanwhile
+        doc = _parse_doc(row[0], user_id, session_id)
+        doc.update(agent=agent, session_id=target)
+        conn.execute(
+            f"UPDATE sessions SET agent = ?, session_id = ?, doc = ? WHERE {_KEY}",
+            (agent, target, _json.dumps(doc), "", user_id, session_id),
+        )
+    return True

@@ -1,0 +1,146 @@
+"""Edges a user meets in the first hour: groups switched from a tool, external results, lambdas, Msg helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
+from agentrt import events as ev
+from agentrt.errors import InvalidTypeError, ToolDefinitionError, UserError
+from agentrt.model import ModelRequest, ScriptedModel
+from agentrt.state import InMemoryStateStore
+
+CTX = RuntimeContext(user_id="u", session_id="s")
+
+
+def tool_names(request: ModelRequest) -> set[str]:
+    return {t.name for t in request.tools}
+
+
+# -- tool groups from inside a tool of the running session ---------------------------------------------------
+async def test_a_tool_activates_a_group_for_its_own_running_call_without_waiting() -> None:
+    holder: dict[str, ReActAgent] = {}
+
+    @tool(read_only=True)
+    async def unlock(ctx: RuntimeContext) -> str:
+        """Unlock the extra tools."""
+        active = await holder["agent"].activate_group(ctx, "extra")
+        return f"active: {active}"
+
+    @tool(read_only=True, group="extra")
+    async def secret_tool() -> str:
+        """Only offered once unlocked."""
+        return "secret"
+
+    toolkit = Toolkit([unlock])
+    toolkit.create_group("extra", "extra tools")
+    toolkit.register(secret_tool)
+    model = ScriptedModel([ToolUseBlock(id="u1", name="unlock"), ToolUseBlock(id="s1", name="secret_tool"), "done"])
+    agent = holder["agent"] = ReActAgent("bot", model=model, toolkit=toolkit, state_store=InMemoryStateStore())
+    reply = await asyncio.wait_for(agent.call("go", CTX), 10)
+    assert reply.text == "done"
+    assert "secret_tool" not in tool_names(model.requests[0])
+    assert "secret_tool" in tool_names(model.requests[1])  # the very next model call of this run
+    results = {b.id: b for m in model.requests[2].messages for b in m.blocks(ToolResultBlock)}
+    assert results["s1"].output == "secret" and results["s1"].state == "success"
+    assert (await agent.get_state("u", "s")).active_groups == ["extra"]  # saved with the run
+
+
+async def test_deactivate_from_a_tool_hides_the_group_for_the_rest_of_the_run() -> None:
+    holder: dict[str, ReActAgent] = {}
+
+    @tool(read_only=True)
+    async def lock(ctx: RuntimeContext) -> str:
+        """Lock the extra tools."""
+        await holder["agent"].deactivate_group(ctx, "extra")
+        return "locked"
+
+    @tool(read_only=True, group="extra")
+    async def secret_tool() -> str:
+        """Only offered while unlocked."""
+        return "secret"
+
+    toolkit = Toolkit([lock])
+    toolkit.create_group("extra", "extra tools", active=True)
+    toolkit.register(secret_tool)
+    model = ScriptedModel([ToolUseBlock(id="l1", name="lock"), "done"])
+    agent = holder["agent"] = ReActAgent("bot", model=model, toolkit=toolkit, state_store=InMemoryStateStore())
+    await asyncio.wait_for(agent.call("go", CTX), 10)
+    assert "secret_tool" in tool_names(model.requests[0])
+    assert "secret_tool" not in tool_names(model.requests[1])
+
+
+async def test_outside_a_run_the_group_change_is_saved_and_unknown_groups_fail_at_once() -> None:
+    toolkit = Toolkit()
+    toolkit.create_group("extra", "extra tools")
+    agent = ReActAgent("bot", model=ScriptedModel([]), toolkit=toolkit, state_store=InMemoryStateStore())
+    assert await agent.activate_group(CTX, "extra") == ["extra"]
+    assert (await agent.get_state("u", "s")).active_groups == ["extra"]
+    with pytest.raises(UserError, match="unknown tool group"):
+        await asyncio.wait_for(agent.activate_group(CTX, "nope"), 5)
+
+
+# -- external tools ---------------------------------------------------------------------------------------
+async def test_external_result_event_carries_the_reply_id_of_the_call_that_asked() -> None:
+    @tool(external=True)
+    async def open_browser(url: str) -> str:
+        """Runs on the client."""
+        raise AssertionError("never runs here")
+
+    model = ScriptedModel([ToolUseBlock(id="b1", name="open_browser", input={"url": "https://x.test"}), "thanks"])
+    agent = ReActAgent("bot", model=model, toolkit=Toolkit([open_browser]), state_store=InMemoryStateStore())
+    first = [e async for e in agent.stream_events("open it", CTX)]
+    asked = next(e for e in first if isinstance(e, ev.RequireExternalExecution))
+    result = ToolResultBlock(id="b1", name="open_browser", output="opened")
+    second = [e async for e in agent.stream_events(Msg.tool_results([result]), CTX)]
+    returned = next(e for e in second if isinstance(e, ev.ExternalExecutionResult))
+    assert returned.reply_id == asked.reply_id
+    assert second[-1].reply_id != asked.reply_id  # the resuming call has its own id
+    assert isinstance(second[-1], ev.RunFinished) and second[-1].msg.generate_reason is GenerateReason.STOP
+
+
+def test_msg_tool_results_and_msg_user_refuse_non_text_content() -> None:
+    block = ToolResultBlock(id="c1", name="t", output="x")
+    msg = Msg.tool_results([block])
+    assert msg.role == "user" and msg.content == [block]
+    with pytest.raises(InvalidTypeError, match="Msg.tool_results"):
+        Msg.user([block])  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError):
+        Msg.tool_results(["not a block"])  # type: ignore[list-item]
+    with pytest.raises(UserError):
+        Msg.tool_results([])
+
+
+# -- lambdas ---------------------------------------------------------------------------------------------
+def test_a_lambda_needs_a_name_and_registers_nothing_without_one() -> None:
+    toolkit = Toolkit()
+    with pytest.raises(ToolDefinitionError, match="name"):
+        toolkit.register(lambda q: q)
+    assert toolkit.schemas() == []
+    named: Any = tool(lambda q: q, name="echo")
+    toolkit.register(named)
+    assert [s.name for s in toolkit.schemas()] == ["echo"]
+
+
+# -- rules naming tools that do not exist --------------------------------------------------------------
+def test_a_rule_naming_no_registered_tool_is_reported_at_construction(caplog: pytest.LogCaptureFixture) -> None:
+    from agentrt.permission import PermissionContext, PermissionRule
+
+    @tool(destructive=True)
+    async def run_command(command: str) -> str:
+        """Run a command."""
+        return command
+
+    rules = [
+        PermissionRule(tool="shell", decision="deny", args={"command": "rm -rf*"}),
+        PermissionRule(tool="run_command", decision="deny", args={"command": "rm -rf*"}),
+    ]
+    with caplog.at_level("WARNING", logger="agentrt.agent"):
+        ReActAgent(
+            "bot", model=ScriptedModel([]), toolkit=Toolkit([run_command]), permission=PermissionContext(rules=rules)
+        )
+    warned = [r.getMessage() for r in caplog.records if "matches no registered tool" in r.getMessage()]
+    assert len(warned) == 1 and "'shell'" in warned[0] and "run_command" in warned[0]
