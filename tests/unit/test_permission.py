@@ -21,9 +21,11 @@ from agentrt.permission import (
     PermissionEngine,
     PermissionMode,
     PermissionRule,
+    check_answer_rule,
     is_dangerous_path,
     refuse_dangerous_path,
     suggest_rules,
+    unmatched_rules,
 )
 from agentrt.tool.base import Tool, tool
 
@@ -47,8 +49,12 @@ def check(
     session: Sequence[PermissionRule | Mapping[str, Any]] = (),
     workspace: str | None = None,
     ctx: RuntimeContext | None = None,
+    implicit: bool = False,
 ) -> PermissionDecision:
-    engine = PermissionEngine(PermissionContext(mode=mode, rules=rules, workspace=workspace), session)
+    context = (
+        PermissionContext.coerce(None) if implicit else PermissionContext(mode=mode, rules=rules, workspace=workspace)
+    )
+    engine = PermissionEngine(context, session)
     call = ToolUseBlock(id="call_1", name=t.name if t is not None else "ghost", input=dict(args or {}))
     return engine.check(t, call, ctx or RuntimeContext())
 
@@ -332,10 +338,11 @@ TOOLS: dict[str, dict[str, Any]] = {
     "check_none_read_only": {"read_only": True, "check_permission": returns(None)},
 }
 
-#                             DEFAULT ACCEPT_EDITS EXPLORE BYPASS DONT_ASK
+#                             DEFAULT ACCEPT_EDITS EXPLORE BYPASS DONT_ASK (an explicit context)
 TRUTH_TABLE: dict[str, tuple[Decision, Decision, Decision, Decision, Decision]] = {
     "read_only": (A, A, A, A, A),
-    "plain": (A, A, D, A, A),
+    # an explicit DEFAULT (and ACCEPT_EDITS) asks for a tool that is not read-only unless a rule allows it
+    "plain": (Q, Q, D, A, D),
     "destructive": (Q, Q, D, A, D),
     "requires_confirmation": (Q, Q, D, A, D),
     # EXPLORE denies a non-read-only tool before its own check is consulted
@@ -360,6 +367,28 @@ def test_mode_by_tool_kind(kind: str, mode: PermissionMode, expected: Decision) 
     assert result.decision is expected, result.reason
     # only an ASK carries suggested rules
     assert bool(result.suggested_rules) is (expected is Q)
+
+
+# An agent created without a `permission` argument (the implicit context): only destructive tools and
+# tools that require confirmation ask, as before DEFAULT followed AgentScope.
+IMPLICIT_TABLE: dict[str, Decision] = {
+    "read_only": A,
+    "plain": A,
+    "destructive": Q,
+    "requires_confirmation": Q,
+    "check_allow_destructive": A,
+    "check_ask_plain": Q,
+    "check_deny_read_only": D,
+    "check_none_destructive": Q,
+    "check_none_read_only": A,
+}
+
+
+@pytest.mark.parametrize(("kind", "expected"), list(IMPLICIT_TABLE.items()))
+def test_implicit_default_by_tool_kind(kind: str, expected: Decision) -> None:
+    t = make_tool(kind, **TOOLS[kind])
+    result = check(t, {"x": 1}, implicit=True)
+    assert result.decision is expected, result.reason
 
 
 def test_dont_ask_denial_explains_why() -> None:
@@ -631,7 +660,10 @@ def test_rules_match_on_tool_name_not_call_name() -> None:
 
 
 def test_trivial_fast_path_flag() -> None:
-    assert PermissionEngine(PermissionContext()).trivial
+    assert PermissionEngine(PermissionContext.coerce(None)).trivial
+    assert not PermissionEngine(PermissionContext()).trivial  # an explicit DEFAULT asks for non-read-only tools
+    assert not PermissionEngine(PermissionContext.coerce(M.DEFAULT)).trivial
+    assert not PermissionEngine(PermissionContext.coerce(None), [rule("x")]).trivial
     assert not PermissionEngine(PermissionContext(mode=M.BYPASS)).trivial
     assert not PermissionEngine(PermissionContext(rules=[rule("x")])).trivial
     assert not PermissionEngine(PermissionContext(), [rule("x")]).trivial
@@ -760,10 +792,11 @@ def test_suggestions_exact_first_then_command_prefix() -> None:
 @pytest.mark.parametrize(
     ("command", "prefix", "similar", "different"),
     [
-        ("git push origin main", "git push", "git push --force", "git pull origin main"),
-        ("npm run build --prod", "npm run", "npm run test", "npm install"),
+        # options the call did not use are not covered (git push --receive-pack=<cmd> runs <cmd>)
+        ("git push origin main", "git push", "git push upstream dev", "git pull origin main"),
+        ("git log --oneline -5", "git log", "git log -5 main", "git reflog"),
         ("ls -la", "ls", "ls /tmp", "cat x"),
-        ("python -m pytest", "python", "python -m http.server", "pip install x"),
+        ("grep -n TODO src", "grep", "grep -n FIXME lib", "rg TODO"),
     ],
 )
 def test_command_generalisation(command: str, prefix: str, similar: str, different: str) -> None:
@@ -781,17 +814,24 @@ def test_command_generalisation(command: str, prefix: str, similar: str, differe
 
 
 def test_single_word_command_generalises_to_the_same_program() -> None:
-    exact, general = asked(SHELL, {"command": "make"})
-    assert exact.args == {"command": "make"}
-    assert general.matches("shell", {"command": "make"})
-    assert general.matches("shell", {"command": "make test"})
+    exact, general = asked(SHELL, {"command": "tree"})
+    assert exact.args == {"command": "tree"}
+    assert general.matches("shell", {"command": "tree"})
+    assert general.matches("shell", {"command": "tree src"})
     assert not general.matches("shell", {"command": "rm -rf /"})
 
 
+@pytest.mark.parametrize("command", ["make", "python -m pytest", "npm run build --prod", "bash -c 'echo hi'"])
+def test_runners_and_interpreters_get_only_the_exact_suggestion(command: str) -> None:
+    # they run code named by their arguments or by project files: a generalisation would allow anything
+    [exact] = asked(SHELL, {"command": command})
+    assert exact.matches("shell", {"command": command})
+
+
 def test_cmd_key_is_shell_like_too() -> None:
-    _, general = asked(make_tool("run", destructive=True), {"cmd": "docker compose up -d"})
-    assert general.args is not None and general.args["cmd"].startswith("re:docker compose")
-    assert general.matches("run", {"cmd": "docker compose down"})
+    _, general = asked(make_tool("run", destructive=True), {"cmd": "git commit -m wip"})
+    assert general.args is not None and general.args["cmd"].startswith("re:git commit")
+    assert general.matches("run", {"cmd": "git commit -m fix"})
 
 
 @pytest.mark.parametrize(
@@ -860,10 +900,11 @@ def test_exact_suggestion_with_non_string_values(value: Any) -> None:
     assert not exact.matches("t", {"v": "something else"})
 
 
-def test_command_prefix_with_glob_characters_is_escaped() -> None:
-    _, general = asked(SHELL, {"command": "rm *.log old"})
-    assert general.matches("shell", {"command": "rm *.log new"})
-    assert not general.matches("shell", {"command": "rm a.log new"})
+def test_command_with_glob_characters_gets_only_the_escaped_exact_suggestion() -> None:
+    # an unquoted glob expands to file names (a file named "-rf" becomes an option): no generalisation
+    [exact] = asked(SHELL, {"command": "ls *.log old"})
+    assert exact.matches("shell", {"command": "ls *.log old"})
+    assert not exact.matches("shell", {"command": "ls a.log old"})
 
 
 def test_suggested_rules_survive_json_round_trip() -> None:
@@ -1078,6 +1119,7 @@ def test_permission_context_coerce_none_is_default() -> None:
     assert c.mode is M.DEFAULT
     assert c.rules == ()
     assert c.workspace is None
+    assert c.implicit and not PermissionContext().implicit and c != PermissionContext()
 
 
 @pytest.mark.parametrize("mode", list(PermissionMode))
@@ -1221,3 +1263,40 @@ def test_refuse_dangerous_path_as_a_tool_check(tmp_path: Path) -> None:
     assert check(t, {"path": ".env"}).decision is D
     assert check(t, {"path": ".env"}, rules=[rule("fs.read")]).decision is D  # own check > allow rule
     assert check(t, {"path": "~/.ssh/id_rsa"}, mode=M.EXPLORE).decision is D
+
+
+# -- unmatched rules, answers without a known tool, workspaces -----------------------------------------------
+
+
+def test_unmatched_rules_lists_rules_naming_no_tool() -> None:
+    rules = [rule("shell"), rule("run_command"), rule("mcp__github__*", "ask"), rule("read_*", "deny")]
+    names = ["run_command", "read_file", "write_file"]
+    assert unmatched_rules(rules, names) == [rules[0], rules[2]]
+    assert unmatched_rules([], names) == []
+    assert unmatched_rules(rules, []) == rules
+
+
+def test_check_answer_rule_without_a_known_tool_is_conservative() -> None:
+    assert check_answer_rule(rule("x"), tool=None, mode=M.DEFAULT) is not None  # the whole of an unknown tool
+    assert check_answer_rule(rule("x", args={"to": "bob"}), tool=None, mode=M.DEFAULT) is None
+    assert check_answer_rule(rule("x", args={"command": "*"}), tool=None, mode=M.DEFAULT) is not None
+    assert check_answer_rule(rule("x", args={"to": "bob"}), tool=None, mode=M.EXPLORE) is not None
+    assert check_answer_rule(rule("*", "deny"), tool=None, mode=M.EXPLORE) is None
+
+
+def test_rule_matches_takes_relative_paths_from_the_workspace(tmp_path: Path) -> None:
+    r = rule("fs.read", args={"path": "src/**"})
+    assert r.matches("fs.read", {"path": str(tmp_path / "src" / "a.py")}, workspace=str(tmp_path))
+    assert r.matches("fs.read", {"path": "src/a.py"}, workspace=str(tmp_path))
+    assert not r.matches("fs.read", {"path": str(tmp_path / "src" / "a.py")}, workspace="/elsewhere")
+
+
+def test_tool_workspace_wins_over_the_context_workspace(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    t = make_tool("fs.read", read_only=True, workspace=str(tmp_path / "a"))
+    deny = [rule("fs.read", "deny", {"path": "x.txt"})]
+    assert check(t, {"path": str(tmp_path / "a" / "x.txt")}, rules=deny, workspace=str(tmp_path / "b")).decision is D
+    assert check(t, {"path": str(tmp_path / "b" / "x.txt")}, rules=deny, workspace=str(tmp_path / "b")).decision is D
+    exact = [rule("fs.read", "deny", {"path": "./x.txt"})]  # anchored: only the tool's own x.txt
+    assert check(t, {"path": str(tmp_path / "b" / "x.txt")}, rules=exact, workspace=str(tmp_path / "b")).decision is A

@@ -37,6 +37,7 @@ from agentrt.permission import (
     PermissionContext,
     PermissionEngine,
     PermissionRule,
+    check_answer_rule,
 )
 from agentrt.tool._execution import META_SUSPENDED, ToolExecutor, error_result, to_result
 
@@ -326,23 +327,22 @@ def _validate(
 
 
 def _accepted_rules(
-    agent: ReActAgent, executor: ToolExecutor, confirms: Mapping[str, ConfirmResult]
+    agent: ReActAgent,
+    executor: ToolExecutor,
+    entries: Sequence[Mapping[str, Any]],
+    confirms: Mapping[str, ConfirmResult],
 ) -> list[PermissionRule]:
     """The rules sent with approvals, vetted: an answer may narrow what runs, never widen it past the call."""
     mode = PermissionContext.coerce(agent.permission).mode
+    names = {e["id"]: e.get("name", "") for e in _leaves(entries)}
     accepted: list[PermissionRule] = []
     for answer in confirms.values():
-        if not answer.confirmed:
+        if not answer.confirmed or not answer.rules:
             continue
-        tool = None
-        if not isinstance(answer.tool_call, str) and answer.tool_call.name:
-            tool = executor.lookup(answer.tool_call.name)
+        tool = executor.lookup(str(names.get(answer.tool_call_id, "")))
         for raw in answer.rules:
             rule = PermissionRule.coerce(raw)
-            from agentrt import permission  # TEMP until check_answer_rule lands
-
-            checker = getattr(permission, "check_answer_rule", None)
-            refusal = checker(rule, tool=tool, mode=mode) if checker is not None else None
+            refusal = check_answer_rule(rule, tool=tool, mode=mode)
             if refusal is not None:
                 raise UserError(f"the rule sent with the approval of {answer.tool_call_id!r} is refused: {refusal}")
             accepted.append(PermissionRule(tool=rule.tool, decision=rule.decision, args=rule.args, source="session"))
@@ -405,7 +405,7 @@ async def resume(
     assistant_id = str(state_pending.get("assistant_id") or _last_assistant_id(run))
     confirms, externals, notes = _collect(run.input, entries)
     _validate(entries, confirms, externals)
-    accepted = _accepted_rules(agent, executor, confirms)
+    accepted = _accepted_rules(agent, executor, entries, confirms)
     engine = _engine(agent, run, accepted)
     # Decide every approved call before anything changes: a refused answer must spend nothing.
     plans: dict[str, tuple[str, ToolUseBlock, str]] = {
@@ -415,8 +415,14 @@ async def resume(
     }
     if accepted:
         run.set_field("rules", [*run.state.rules, *(r.to_dict() for r in accepted)])
-    if externals:
-        run.event(ev.ExternalExecutionResult, results=list(externals.values()))
+    if externals and run.streaming:
+        # The result belongs to the call that asked for it (AgentScope: the request's reply id).
+        asked_by = str(state_pending.get("reply_id") or run.reply_id)
+        run.emit(
+            ev.ExternalExecutionResult(
+                reply_id=asked_by, session_id=run.session_id, source=agent.name, results=list(externals.values())
+            )
+        )
     held = [Msg.from_json(n) for n in state_pending.get("notes") or ()]
     results: list[ToolResultBlock] = await _dead_run_results(agent, run, executor, assistant_id)
     still: list[dict[str, Any]] = []
