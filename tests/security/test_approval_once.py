@@ -333,3 +333,24 @@ async def _play(ops: list[str]) -> None:
 @given(OPS)
 def test_any_interleaving_keeps_history_valid_and_runs_each_approval_at_most_once(ops: list[str]) -> None:
     asyncio.run(_play(ops))
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"tool": "*", "decision": "allow"},
+        {"tool": "dang*", "decision": "allow"},
+        {"tool": "danger", "decision": "allow"},  # the whole tool: wider than the call
+        {"tool": "danger", "decision": "allow", "args": {"target": "*"}},
+    ],
+)
+async def test_rules_wider_than_the_call_are_refused_with_the_answer(rule: dict[str, Any]) -> None:
+    d = Danger()
+    agent = make_agent(d, InMemoryStateStore())
+    await agent.call("go", CTX)
+    with pytest.raises(UserError, match="refused"):
+        await agent.call(
+            Msg.confirm([ConfirmResult.coerce({"tool_call_id": "c1", "confirmed": True, "rules": [rule]})]), CTX
+        )
+    state = await agent.get_state("u", "s")
+    assert d.runs == [] and state.pending is not None and list(state.rules) == []
