@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,all
 
-.PHONY: help venv demo test unit integration lint format typecheck bench clean
+.PHONY: help venv node-deps demo test unit integration lint format typecheck bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,7 +21,10 @@ venv: $(STAMP) ## Create .venv and install agentrt with its extras
 demo: $(STAMP) ## Run the offline demo (scripted model, real tools)
 	$(BIN)/agentrt demo
 
-test: $(STAMP) lint ## Lint, type-check and run the whole test suite
+node-deps: ## npm packages the interop tests drive (MCP reference server, AG-UI client)
+	bash scripts/install-node-deps.sh
+
+test: $(STAMP) lint node-deps ## Lint, type-check and run the whole test suite
 	$(BIN)/python -m pytest -q
 
 unit: $(STAMP) ## Unit tests only
