@@ -254,17 +254,7 @@ def check_answer_rule(rule: PermissionRule, *, tool: Tool | None, mode: Permissi
             why = None
         if why is not None:
             return f"the {key!r} pattern {pattern!r} is too wide: {why}"
-    # A tool without parameters has one call only: its whole-tool rule is the exact call.
-    risky = tool is None or ((tool.destructive or tool.requires_confirmation) and bool(params))
-    if risky and all(p.strip() in _ANYTHING for p in args.values()):
-        return (
-            f"an approval cannot allow every call of the {'destructive ' if tool is not None else ''}tool "
-            f"{rule.tool!r}; accept the suggested rule for this call instead"
-        )
     return None
-
-
-_ANYTHING = frozenset({"*", "**", "re:.*", "re:(?s).*", "re:[\\s\\S]*", "re:.+", "re:(?s).+"})
 
 
 def _leading_words(pattern: str) -> tuple[list[str], bool]:
