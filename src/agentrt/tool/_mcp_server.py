@@ -3,9 +3,10 @@
 A toolkit is exposed tool by tool: each tool's JSON Schema, description and annotations
 (``readOnlyHint``, ``destructiveHint``, ``idempotentHint``). Calls run under agentrt's execution
 policy (argument validation, timeouts, error results). An agent becomes one tool,
-``ask_<name>``, taking ``task: str``; each MCP connection gets its own agent session, so a
-client's successive questions share a conversation, and the agent's steps are reported as
-progress notifications when the client asks for them.
+``ask_<name>``, taking ``task: str``; each MCP client connection gets its own agent session (see
+`_Sessions` for the rule under each protocol version), so a client's successive questions share
+a conversation, and the agent's steps are reported as progress notifications when the client asks
+for them.
 
 Built on the official SDK's low-level `Server`, which takes tool schemas as plain JSON Schema.
 """
@@ -19,7 +20,8 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 try:
@@ -45,16 +47,36 @@ if TYPE_CHECKING:
     from agentrt.agent.base import AgentBase
     from agentrt.permission import PermissionContext, PermissionMode
 
-__all__ = ["DEFAULT_USER", "Transport", "load_target", "mcp_server", "serve_mcp", "serve_mcp_async"]
+__all__ = [
+    "DEFAULT_USER",
+    "SESSION_META_KEY",
+    "Transport",
+    "load_target",
+    "mcp_server",
+    "serve_mcp",
+    "serve_mcp_async",
+]
 
 Transport = Literal["stdio", "http", "sse"]
 DEFAULT_USER = "mcp"
-"""The agentrt user id of calls that arrive over MCP (unless `serve_mcp(user_id=...)` says otherwise)."""
+"""The agentrt user id of unauthenticated MCP calls (unless `serve_mcp(user_id=...)` says otherwise)."""
+SESSION_META_KEY = "agentrt/session_id"
+"""Request `_meta` key naming the agentrt session of a call; results carry the session used under it."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_SESSION_KEY = "agentrt_session_id"
+_CLIENT_SESSION = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _TASK_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"task": {"type": "string", "description": "What the agent should do, with all needed context."}},
+    "properties": {
+        "task": {"type": "string", "description": "What the agent should do, with all needed context."},
+        "session_id": {
+            "type": "string",
+            "description": (
+                "Optional conversation id (1-128 letters, digits or ._:@-): calls with the same id continue "
+                "one conversation; a new random id (e.g. a UUID) starts a new one. Omit it to use this "
+                "connection's conversation (a new one per call on stateless HTTP)."
+            ),
+        },
+    },
     "required": ["task"],
     "additionalProperties": False,
 }
@@ -180,7 +202,7 @@ class _ToolkitBackend(_Backend):
         from agentrt.permission import PermissionContext, PermissionEngine, PermissionMode
 
         self.toolkit = toolkit
-        self.user_id = user_id
+        self.sessions = _Sessions(user_id)
         self.engine = PermissionEngine(PermissionContext.coerce(permission or PermissionMode.BYPASS))
 
     def _available(self) -> dict[str, Tool]:
@@ -204,15 +226,18 @@ class _ToolkitBackend(_Backend):
 
         tools = self._available()
         call = ToolUseBlock(id=f"mcp_{ctx.request_id}", name=params.name, input=dict(params.arguments or {}))
-        rctx = RuntimeContext(user_id=self.user_id, session_id=_session_id(ctx))
+        rctx = self.sessions.context(ctx, None)
+        if isinstance(rctx, str):
+            return _error(rctx)
         tool = tools.get(params.name)
         if tool is not None:
             verdict = self.engine.check(tool, call, rctx)
             if verdict.decision is Decision.DENY:
-                return _error(f"Permission denied: {verdict.reason or 'denied by policy'}.")
+                return _error(f"Permission denied: {verdict.reason or 'denied by policy'}.", rctx)
             if verdict.decision is Decision.ASK:
                 return _error(
-                    f"Tool {params.name!r} needs approval ({verdict.reason}), which this MCP server cannot ask for."
+                    f"Tool {params.name!r} needs approval ({verdict.reason}), which this MCP server cannot ask for.",
+                    rctx,
                 )
         executor = ToolExecutor(tools, rctx, self.toolkit.semaphore())
         token = rctx._set()
@@ -220,13 +245,13 @@ class _ToolkitBackend(_Backend):
             result = await executor.execute(call)
         finally:
             RuntimeContext._reset(token)
-        return _call_result(result)
+        return _with_session(_call_result(result), rctx)
 
 
 class _AgentBackend(_Backend):
     def __init__(self, agent: AgentBase, user_id: str) -> None:
         self.agent = agent
-        self.user_id = user_id
+        self.sessions = _Sessions(user_id)
         self.tool_name = ("ask_" + _UNSAFE.sub("_", agent.name).strip("_"))[:64]
         self.spec = mcp_types.Tool(
             name=self.tool_name,
@@ -248,10 +273,18 @@ class _AgentBackend(_Backend):
 
         if params.name != self.tool_name:
             return _error(f"Unknown tool {params.name!r}. Available tools: {self.tool_name}.")
-        task = (params.arguments or {}).get("task")
+        arguments = params.arguments or {}
+        task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
             return _error("Invalid arguments: 'task' must be a non-empty string.")
-        rctx = RuntimeContext(user_id=self.user_id, session_id=_session_id(ctx))
+        unknown = sorted(set(arguments) - {"task", "session_id"})
+        if unknown:
+            return _error(
+                f"Invalid arguments: unexpected {', '.join(map(repr, unknown))}; expected 'task', 'session_id'."
+            )
+        rctx = self.sessions.context(ctx, arguments)
+        if isinstance(rctx, str):
+            return _error(rctx)
         reply = None
         step = 0
         # report_progress is a no-op unless the client asked for progress.
@@ -272,8 +305,8 @@ class _AgentBackend(_Backend):
                 f"The agent paused ({reason.value}): a tool call needs approval or an external result, "
                 "which cannot be given over MCP. Serve an agent whose permission mode does not ask."
             )
-            return mcp_types.CallToolResult(content=[*content, _text(note)], is_error=True)
-        return mcp_types.CallToolResult(content=content or [_text("(no answer)")])
+            return _with_session(mcp_types.CallToolResult(content=[*content, _text(note)], is_error=True), rctx)
+        return _with_session(mcp_types.CallToolResult(content=content or [_text("(no answer)")]), rctx)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,24 +337,88 @@ def _describe(tool: Tool) -> mcp_types.Tool:
     )
 
 
-def _session_id(ctx: ServerRequestContext[Any]) -> str:
-    # One agentrt session per MCP connection; the SDK keeps per-connection state on the connection.
-    connection = getattr(ctx.session, "_connection", None)
-    state: dict[str, Any] | None = getattr(connection, "state", None)
-    if state is None:
-        return f"mcp-{uuid.uuid4().hex[:12]}"
-    session = state.get(_SESSION_KEY)
-    if not isinstance(session, str):
-        session = state[_SESSION_KEY] = f"mcp-{uuid.uuid4().hex[:12]}"
-    return session
+class _Sessions:
+    """Chooses the ``RuntimeContext(user_id, session_id)`` of each MCP call.
+
+    User: the authenticated principal on HTTP with authentication (its ``sub``, else its client id),
+    else the configured user id. Session, first that applies: the id the client sends (the
+    ``session_id`` argument of ``ask_<name>`` or the `SESSION_META_KEY` ``_meta`` key); the transport
+    session (``mcp-<Mcp-Session-Id>``: stateful streamable HTTP, handshake protocols); one random
+    ``mcp-<uuid>`` per client connection on duplex transports (stdio, SSE, in-memory; every
+    protocol version); else a new random one per call (2026-07-28 HTTP, stateless HTTP).
+    """
+
+    def __init__(self, user_id: str) -> None:
+        self.user_id = user_id
+        # Keyed by the connection's standalone channel: one object per client connection, which
+        # outlives the per-request `Connection` objects of 2026-07-28 duplex connections.
+        self._by_channel: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+    def context(self, ctx: ServerRequestContext[Any], arguments: Mapping[str, Any] | None) -> RuntimeContext | str:
+        """The call's context, or an error message for a malformed client session id.
+
+        `arguments` are the ``ask_<name>`` arguments (None for toolkit calls: those belong to the tool).
+        """
+        requested = (ctx.meta or {}).get(SESSION_META_KEY)
+        if arguments is not None and "session_id" in arguments:
+            if requested is not None and requested != arguments["session_id"]:
+                return f"Invalid arguments: 'session_id' differs from _meta {SESSION_META_KEY!r}."
+            requested = arguments["session_id"]
+        if requested is not None and not (isinstance(requested, str) and _CLIENT_SESSION.fullmatch(requested)):
+            return "Invalid session id: use 1-128 letters, digits or '._:@-' (a random UUID is best)."
+        session = requested or self._connection_session(ctx) or _new_session()
+        return RuntimeContext(user_id=_principal(ctx) or self.user_id, session_id=session)
+
+    def _connection_session(self, ctx: ServerRequestContext[Any]) -> str | None:
+        connection = getattr(ctx.session, "_connection", None)  # the SDK keeps no public handle on it
+        if connection is None:
+            return None
+        transport_session = getattr(connection, "session_id", None)
+        if isinstance(transport_session, str) and transport_session:
+            return f"mcp-{transport_session}"
+        if not getattr(connection, "has_standalone_channel", False):
+            return None  # a per-request connection (2026-07-28 or stateless HTTP): no identity
+        channel = connection.outbound
+        try:
+            session = self._by_channel.get(channel)
+            if session is None:
+                session = self._by_channel[channel] = _new_session()
+        except TypeError:  # pragma: no cover - a channel that cannot be weakly referenced
+            return None
+        return session
+
+
+def _new_session() -> str:
+    return f"mcp-{uuid.uuid4().hex}"
+
+
+def _principal(ctx: ServerRequestContext[Any]) -> str | None:
+    """The authenticated principal's user id (HTTP with the SDK's bearer authentication), else None."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import principal_components
+
+    scope = getattr(ctx.request, "scope", None)
+    user = scope.get("user") if isinstance(scope, Mapping) else None
+    token = user.access_token if isinstance(user, AuthenticatedUser) else get_access_token()
+    if token is None:
+        return None
+    client_id, _issuer, subject = principal_components(token)
+    return subject or client_id
+
+
+def _with_session(result: mcp_types.CallToolResult, rctx: RuntimeContext) -> mcp_types.CallToolResult:
+    result.meta = {**(result.meta or {}), SESSION_META_KEY: rctx.session_id}
+    return result
 
 
 def _text(text: str) -> mcp_types.TextContent:
     return mcp_types.TextContent(type="text", text=text)
 
 
-def _error(text: str) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult(content=[_text(text)], is_error=True)
+def _error(text: str, rctx: RuntimeContext | None = None) -> mcp_types.CallToolResult:
+    result = mcp_types.CallToolResult(content=[_text(text)], is_error=True)
+    return result if rctx is None else _with_session(result, rctx)
 
 
 def _call_result(result: ToolResultBlock) -> mcp_types.CallToolResult:
