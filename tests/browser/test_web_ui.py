@@ -25,6 +25,13 @@ expect.set_options(timeout=15_000)
 
 
 # -- helpers --------------------------------------------------------------------------------------
+# Tests wait for the state they need (an element's text or attribute, the UI's phase), never for
+# time: `expect` retries until the state holds, the timeout above only bounds a failure.
+
+
+def wait_idle(page: Any) -> None:
+    """Until the UI is connected with nothing loading or running (app.js renders ``body[data-phase]``)."""
+    expect(page.locator("body")).to_have_attribute("data-phase", "idle")
 
 
 def connect(ui: UiPage) -> None:
@@ -34,12 +41,20 @@ def connect(ui: UiPage) -> None:
     page.get_by_label("API key").fill(API_KEY)
     dialog.get_by_role("button", name="Connect").click()
     expect(dialog).to_be_hidden()
+    # Connecting goes on after the dialog closes (sessions listed, one opened): let it finish, or
+    # it would switch away from the session the test is about to create.
+    wait_idle(page)
 
 
 def new_session(page: Any) -> str:
+    current = page.locator("#current-session")
+    before = current.text_content()
     page.get_by_role("button", name="New session").click()
-    session_id = page.locator("#current-session").text_content()
+    expect(current).not_to_have_text(before or "")
+    wait_idle(page)
+    session_id = current.text_content()
     assert session_id and session_id.startswith("s-")
+    expect(page.get_by_role("navigation", name="Sessions").locator('[aria-current="true"]')).to_contain_text(session_id)
     return session_id
 
 
@@ -142,6 +157,7 @@ def test_approval_round_trip(ui: UiPage) -> None:
 
     # Reloading keeps the key (sessionStorage) and restores the session and its history.
     page.reload()
+    wait_idle(page)
     expect(page.get_by_role("dialog", name="Connect")).to_be_hidden()
     expect(page.locator("#current-session")).to_have_text(session_id)
     expect(log).to_contain_text("Done: deleted /tmp/report.old")
@@ -247,6 +263,7 @@ def test_untrusted_content_renders_as_text(ui: UiPage) -> None:
     page.screenshot(path=str(ARTIFACTS / "web-ui-xss.png"))
     # Also after a reload, when the history is rendered from the stored state.
     page.reload()
+    wait_idle(page)
     expect(tool_card(page, "fetch_page").locator(".tool-result")).to_have_text(f"<html>{XSS}</html>")
     assert page.locator("img").count() == 0
     assert_no_page_errors(ui)
@@ -296,9 +313,11 @@ def test_wrong_key_is_refused_and_all_requests_carry_the_key(ui: UiPage) -> None
     assert auth_headers[0] == "Bearer not-the-key"
     assert set(auth_headers[1:]) == {f"Bearer {API_KEY}"}
 
-    # "Change API key" forgets it and asks again.
+    # "Change API key" forgets it and asks again (once connecting is over: no request in flight).
+    wait_idle(page)
     page.get_by_role("button", name="Change API key").click()
     expect(dialog).to_be_visible()
+    expect(page.locator("body")).to_have_attribute("data-phase", "disconnected")
     assert page.evaluate("sessionStorage.getItem('agentrt.apiKey')") is None
     assert ui.dialogs == []
     assert all("401" in e for e in ui.errors), ui.errors

@@ -171,7 +171,14 @@ def serve(app: Any) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    ready = threading.Event()
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            ready.set()
+
+    server = Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -179,14 +186,12 @@ def serve(app: Any) -> Iterator[str]:
             asyncio.run(server.serve(sockets=[sock]))
         except BaseException as exc:  # reported by the caller
             failure.append(exc)
+        finally:
+            ready.set()  # started or failed: either way, stop waiting
 
     thread = threading.Thread(target=run, name="web-ui-uvicorn", daemon=True)
     thread.start()
-    tick = threading.Event()
-    for _ in range(400):
-        if server.started or failure or not thread.is_alive():
-            break
-        tick.wait(0.05)
+    ready.wait(timeout=60)
     try:
         if not server.started:
             raise RuntimeError(f"uvicorn did not start: {failure!r}")

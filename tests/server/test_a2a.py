@@ -153,7 +153,7 @@ async def test_message_send_returns_the_completed_task_with_the_answer() -> None
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert get_message_text(task.status.message) == "It is sunny in Paris."
     assert [get_artifact_text(a, "") for a in task.artifacts] == ["It is sunny in Paris."]
-    state = await agent.get_state("alice", "bot:" + task.context_id)
+    state = await agent.get_state("alice", task.context_id)
     assert [m.text for m in state.messages] == ["Weather in Paris?", "It is sunny in Paris."]
 
 
@@ -326,7 +326,7 @@ async def test_canceling_a_running_task_stops_the_run_and_keeps_the_session() ->
         await asyncio.wait_for(entered.wait(), 5)
         canceled = await client.cancel_task(CancelTaskRequest(id=first.task.id))
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-    state = await agent.get_state("alice", "bot:" + first.task.context_id)
+    state = await agent.get_state("alice", first.task.context_id)
     assert [m.text for m in state.messages] == ["take your time"]
 
 

@@ -59,7 +59,7 @@ async def test_another_users_session_is_404(
 ) -> None:
     r = await client.post(f"{S}/s1/messages", json={"input": "danger secret"}, headers=ALICE)  # pending approval
     assert r.json()["message"]["metadata"]["generate_reason"] == "awaiting_confirmation"
-    before = await store.load("alice", "bot:s1")
+    before = await store.load("alice", "s1", agent="bot")
     assert before is not None
     if path.endswith("/messages"):
         # Posting to the same id makes Bob his own session; Alice's stays untouched.
@@ -70,7 +70,7 @@ async def test_another_users_session_is_404(
         r = await client.request(method, path, json=body, headers=BOB)
         assert r.status_code == 404, r.text
         assert r.json()["error"]["code"] == "session_not_found"
-    after = await store.load("alice", "bot:s1")
+    after = await store.load("alice", "s1", agent="bot")
     assert after is not None
     assert after.revision == before.revision
     assert [s["session_id"] for s in (await client.get(S, headers=BOB)).json()["sessions"]] in ([], ["s1"])

@@ -65,7 +65,7 @@ async def test_fresh_session_is_seeded_with_the_history(client: httpx.AsyncClien
     assert r.json()["choices"][0]["message"]["content"] == "echo: b (turn 2)"
     session = r.headers["x-session-id"]
     assert session.startswith("chat-")
-    state = await store.load("alice", f"bot:{session}")
+    state = await store.load("alice", session, agent="bot")
     assert state is not None
     assert [m.text for m in state.messages] == ["a", "x", "b", "echo: b (turn 2)"]
     # continuing it: only the last user message is new input, the stored history is the context

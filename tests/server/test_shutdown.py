@@ -47,7 +47,7 @@ async def test_shutdown_interrupts_a_streamed_run_and_checkpoints_it(make_app: A
         assert "interrupted" in types
         assert types[-1] == "run_finished"
         assert json.loads(frames[-1]["data"])["msg"]["metadata"]["generate_reason"] == "interrupted"
-    state = await store.load("alice", "bot:s1")
+    state = await store.load("alice", "s1", agent="bot")
     assert state is not None
     check_interrupted(state.messages)
 
@@ -80,7 +80,7 @@ async def test_lifespan_shutdown_interrupts_a_plain_call(make_app: Any, store: I
         r = await call
     assert r.status_code == 200
     assert r.json()["message"]["metadata"]["generate_reason"] == "interrupted"
-    state = await store.load("alice", "bot:s1")
+    state = await store.load("alice", "s1", agent="bot")
     assert state is not None
     check_interrupted(state.messages)
 
@@ -108,7 +108,7 @@ def test_sigterm_to_agentrt_serve(tmp_path: Path) -> None:
     async def load() -> Any:
         store = store_from_url(url_db)
         try:
-            return await store.load("alice", "bot:s1")
+            return await store.load("alice", "s1", agent="bot")
         finally:
             await store.close()
 

@@ -114,7 +114,7 @@ async def test_client_disconnect_cancels_and_checkpoints_the_run(make_app: Any, 
         assert frames[-1]["event"] == "tool_call_started"
         # the tool sleeps 60 s: the run must stop long before that
         await wait_for(lambda: len(app.state.agentrt.runs) == 0 and not agent._running)
-        state = await store.load("alice", "bot:s1")
+        state = await store.load("alice", "s1", agent="bot")
         assert state is not None
         assert state.messages[0].text == "nap now"
         assert state.messages[1].tool_calls[0].name == "nap"
@@ -132,7 +132,7 @@ async def test_reconnect_with_last_event_id_resumes_the_run(make_app: Any) -> No
         async with c.stream("POST", f"{S}/s1/messages", json=body, headers=ALICE) as r:
             first = await read_frames(r.aiter_lines(), until="model_call_started")
         last_id = first[-1]["id"]
-        assert app.state.agentrt.runs.is_running(("alice", "bot:s1")), "the run outlives its client for the grace"
+        assert app.state.agentrt.runs.is_running(("bot", "alice", "s1")), "the run outlives its client for the grace"
 
         async def interrupt_soon() -> None:
             await asyncio.sleep(0.3)
@@ -159,7 +159,7 @@ async def test_reconnect_too_late_for_the_buffer_is_409(make_app: Any) -> None:
         async with c.stream("POST", f"{S}/s1/messages", json=body, headers=ALICE) as r:
             first = await read_frames(r.aiter_lines(), until="run_started")
         assert first[0]["event"] == "run_started", "an attached reader gets every frame, whatever the buffer size"
-        live = app.state.agentrt.runs.find_live(("alice", "bot:s1"))
+        live = app.state.agentrt.runs.find_live(("bot", "alice", "s1"))
         await wait_for(lambda: live.last_seq >= 5)
         r2 = await c.get(f"{S}/s1/events", headers={**ALICE, "Last-Event-ID": first[0]["id"]})
         assert r2.status_code == 409

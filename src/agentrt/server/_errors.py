@@ -10,6 +10,7 @@ plus ``details`` (a list of ``{"loc", "msg", "type"}``) for validation errors.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,14 @@ from agentrt.errors import (
     UserError,
 )
 
-__all__ = ["ApiError", "JSONResponse", "error_for_exception", "json_response"]
+__all__ = [
+    "ApiError",
+    "InvalidParameterError",
+    "JSONResponse",
+    "error_for_exception",
+    "json_response",
+    "redact_secrets",
+]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -41,6 +49,18 @@ _TYPES = {
     502: "model_error",
     503: "service_unavailable",
     504: "timeout_error",
+}
+_DEFAULT_CODES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "request_too_large",
+    422: "validation_error",
+    429: "rate_limit_exceeded",
+    500: "internal_error",
+    503: "service_unavailable",
 }
 
 
@@ -74,7 +94,8 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.code = code
+        self.code = code or _DEFAULT_CODES.get(status, f"http_{status}")
+        """Never empty: clients branch on it, so an error raised without one gets its status's default."""
         self.param = param
         self.headers = dict(headers) if headers else {}
         self.details = list(details) if details is not None else None
@@ -94,6 +115,28 @@ class ApiError(Exception):
     def response(self) -> JSONResponse:
         """The error as a response."""
         return json_response(self.body(), self.status, self.headers)
+
+
+class InvalidParameterError(ApiError):
+    """A malformed header or query parameter: 422 naming it, so bad client input is never a 500."""
+
+    def __init__(self, message: str, *, code: str, param: str) -> None:
+        super().__init__(422, message, code=code, param=param)
+
+
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:)[^/\s]*@")
+_KEYWORD_SECRET = re.compile(
+    r"""(?i)\b(?P<head>(?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*)(?:'[^']*'|"[^"]*"|[^\s,;&]+)"""
+)
+
+
+def redact_secrets(text: str) -> str:
+    """`text` with passwords in URLs (``scheme://user:***@host``) and ``password=...`` pairs masked.
+
+    Store errors often quote their connection URL or DSN; operators may see the host, never the secret.
+    """
+    text = _URL_PASSWORD.sub(r"\g<head>***@", text)
+    return _KEYWORD_SECRET.sub(r"\g<head>***", text)
 
 
 def error_for_exception(exc: BaseException) -> ApiError | None:

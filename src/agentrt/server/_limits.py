@@ -1,4 +1,9 @@
-"""Request limits: body size (checked on Content-Length and while streaming) and id validation."""
+"""Request limits: body size (checked on Content-Length and while streaming), id and header validation.
+
+Numbers in headers and query parameters are parsed strictly: ASCII digits only and a bounded
+length, never with a bare ``int()``, which accepts signs, spaces, underscores and non-ASCII digits
+(Arabic-Indic ones, say) and raises on more than 4300 digits.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,27 @@ import re
 
 from starlette.requests import Request
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_ID_LENGTH", "BodyTooLargeError", "header_safe", "id_problem", "read_body"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "MAX_ID_LENGTH",
+    "MAX_LAST_EVENT_ID_LENGTH",
+    "MAX_UINT_DIGITS",
+    "BodyTooLargeError",
+    "header_safe",
+    "id_problem",
+    "parse_last_event_id",
+    "parse_uint",
+    "read_body",
+]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Request bodies above this (1 MiB) are refused with 413."""
 MAX_ID_LENGTH = 200
+MAX_UINT_DIGITS = 18
+"""Longest number accepted in a header or query parameter (fits a signed 64-bit integer)."""
+MAX_LAST_EVENT_ID_LENGTH = 256
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str patterns match [0-9] literally
+_RUN_TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -30,12 +51,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     lying body is cut off while it streams, so memory never holds more than `limit` bytes.
     """
     declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise BodyTooLargeError(limit)
-        except ValueError:
-            pass  # the server rejects a malformed length itself; read and count
+    # A malformed length is the ASGI server's to reject; here the body is read and counted anyway.
+    if (
+        declared is not None
+        and _DIGITS.fullmatch(declared)
+        and (len(declared) > MAX_UINT_DIGITS or int(declared) > limit)
+    ):
+        raise BodyTooLargeError(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -45,6 +67,24 @@ async def read_body(request: Request, limit: int) -> bytes:
         if chunk:
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def parse_uint(value: str, *, max_digits: int = MAX_UINT_DIGITS) -> int | None:
+    """`value` as a non-negative integer if it is 1 to `max_digits` ASCII digits, else None."""
+    if not 0 < len(value) <= max_digits or not _DIGITS.fullmatch(value):
+        return None
+    return int(value)
+
+
+def parse_last_event_id(value: str) -> tuple[str, int] | None:
+    """A ``Last-Event-ID`` of ours, ``<run token>:<sequence>``, as (token, sequence); None if malformed."""
+    if len(value) > MAX_LAST_EVENT_ID_LENGTH:
+        return None
+    token, sep, seq = value.rpartition(":")
+    number = parse_uint(seq)
+    if not sep or number is None or not _RUN_TOKEN.fullmatch(token):
+        return None
+    return token, number
 
 
 def id_problem(label: str, value: str) -> str | None:

@@ -20,12 +20,20 @@ from agentrt.context import RuntimeContext
 from agentrt.message import Msg
 from agentrt.server._sse import LiveRun, aclose
 
-__all__ = ["ActiveRun", "RunRegistry"]
+__all__ = ["ActiveRun", "RunRegistry", "SessionAddress", "session_address"]
 
 logger = logging.getLogger("agentrt.server")
 
 EventEncoder = Callable[[ev.AgentEvent], tuple[str, bytes]]
 ErrorEncoder = Callable[[BaseException], tuple[str, bytes]]
+SessionAddress = tuple[str, str, str]
+"""(the agent's state key, user id, session id): a session as the store addresses it."""
+
+
+def session_address(agent: AgentBase, ctx: RuntimeContext) -> SessionAddress:
+    """Where `agent` keeps the session of `ctx` (pipelines without a `state_key` use their name)."""
+    user_id, session_id = ctx.key
+    return (getattr(agent, "state_key", None) or agent.name, user_id, session_id)
 
 
 @dataclass(slots=True, eq=False)
@@ -50,14 +58,14 @@ class RunRegistry:
         self.disconnect_grace = disconnect_grace
         self.accepting = True
         self._active: set[ActiveRun] = set()
-        self._live: dict[tuple[str, str], dict[str, LiveRun]] = {}
+        self._live: dict[SessionAddress, dict[str, LiveRun]] = {}
 
     def __len__(self) -> int:
         return len(self._active)
 
-    def is_running(self, key: tuple[str, str]) -> bool:
-        """Whether a run of this server works on the session `key` = (user id, internal session id)."""
-        return any(run.ctx.key == key for run in self._active)
+    def is_running(self, key: SessionAddress) -> bool:
+        """Whether a run of this server works on the session `key` = (agent state key, user id, session id)."""
+        return any(session_address(run.agent, run.ctx) == key for run in self._active)
 
     # -- plain calls ------------------------------------------------------------------------------------------
     async def call(self, agent: AgentBase, input: AgentInput, ctx: RuntimeContext) -> Msg:
@@ -95,7 +103,7 @@ class RunRegistry:
         encode_error: ErrorEncoder,
     ) -> LiveRun:
         """Start ``agent.stream_events`` in a task that fills a `LiveRun` buffer clients read from."""
-        key = ctx.key
+        key = session_address(agent, ctx)
         live = LiveRun(key, agent_name, uuid.uuid4().hex[:16], capacity=self.buffer_size, grace=self.disconnect_grace)
         entry: ActiveRun
 
@@ -130,7 +138,7 @@ class RunRegistry:
         self._live.setdefault(key, {})[live.token] = live
         return live
 
-    def find_live(self, key: tuple[str, str], token: str | None = None) -> LiveRun | None:
+    def find_live(self, key: SessionAddress, token: str | None = None) -> LiveRun | None:
         """The live run of a session: the one with `token`, or the most recent."""
         runs = self._live.get(key)
         if not runs:

@@ -172,7 +172,7 @@ class LiveRun:
         "token",
     )
 
-    def __init__(self, key: tuple[str, str], agent_name: str, token: str, *, capacity: int, grace: float) -> None:
+    def __init__(self, key: tuple[str, ...], agent_name: str, token: str, *, capacity: int, grace: float) -> None:
         self.key = key
         self.agent_name = agent_name
         self.token = token

@@ -2,9 +2,10 @@
 
 Sessions are namespaced twice. Per user: every call runs with
 ``RuntimeContext(user_id=<authenticated user>, session_id=...)``, so another user's session id is
-just a session the caller does not have (404, never 403). Per agent: the stored session id is
-``"<agent name>:<session id>"``, so agents sharing one store never see each other's sessions;
-responses and events always show the caller's own id.
+just a session the caller does not have (404, never 403). Per agent: the store addresses sessions
+by ``(agent.state_key, user_id, session_id)``, so agents sharing one store never see each other's
+sessions. Sessions earlier versions stored as ``"<agent name>:<session id>"`` are moved under their
+agent when the app starts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
@@ -35,8 +36,22 @@ from agentrt.errors import AgentrtError, UserError
 from agentrt.message import Msg, ToolResultBlock, block_from_dict
 from agentrt.permission import ConfirmResult
 from agentrt.server._auth import ApiKeyAuth, RateLimit, RateLimiter
-from agentrt.server._errors import ApiError, error_for_exception, json_response
-from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, BodyTooLargeError, header_safe, id_problem, read_body
+from agentrt.server._errors import (
+    ApiError,
+    InvalidParameterError,
+    error_for_exception,
+    json_response,
+    redact_secrets,
+)
+from agentrt.server._limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodyTooLargeError,
+    header_safe,
+    id_problem,
+    parse_last_event_id,
+    parse_uint,
+    read_body,
+)
 from agentrt.server._models import (
     ConfirmRequest,
     InterruptRequest,
@@ -44,7 +59,7 @@ from agentrt.server._models import (
     ToolResultsRequest,
 )
 from agentrt.server._openapi import build_openapi
-from agentrt.server._runs import RunRegistry
+from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
 from agentrt.state.base import AgentState, AgentStateStore
 
@@ -166,27 +181,53 @@ class ServerContext:
 
     # -- sessions -----------------------------------------------------------------------------------------------
     @staticmethod
-    def session_key(agent_name: str, session_id: str) -> str:
-        """The session id as stored: namespaced by the agent's name."""
-        return f"{agent_name}:{session_id}"
+    def state_key(agent: AgentBase) -> str:
+        """The agent part of `agent`'s sessions in the store (its `state_key`; pipelines: their name)."""
+        return getattr(agent, "state_key", None) or agent.name
 
-    @staticmethod
-    def public_session_id(agent_name: str, key: str) -> str:
-        """The caller's session id for a stored one (the inverse of `session_key`)."""
-        prefix = agent_name + ":"
-        return key[len(prefix) :] if key.startswith(prefix) else key
+    def session_address(self, user_id: str, agent_name: str, session_id: str) -> SessionAddress:
+        """``(state key, user id, session id)``: the session as the store and the run registry name it."""
+        return (self.state_key(self.get_agent(agent_name)), user_id, session_id)
 
     def context_for(self, user_id: str, agent_name: str, session_id: str) -> RuntimeContext:
         """The context of a call by `user_id` on `session_id` of the agent served as `agent_name`."""
-        return RuntimeContext(user_id=user_id, session_id=self.session_key(agent_name, session_id))
+        del agent_name  # the agent part of the address is the agent's state_key, added by the agent
+        return RuntimeContext(user_id=user_id, session_id=session_id)
 
     async def ownership_check(self, user_id: str, agent_name: str, session_id: str) -> AgentState:
         """The caller's stored session, or 404: unknown and someone else's sessions look the same."""
         agent = self.get_agent(agent_name)
-        state = await agent.state_store.load(user_id, self.session_key(agent_name, session_id))
+        state = await agent.state_store.load(user_id, session_id, agent=self.state_key(agent))
         if state is None:
             raise ApiError(404, "no such session", code="session_not_found", param="session_id")
         return state
+
+    async def migrate_legacy_sessions(self) -> None:
+        """Move the sessions earlier versions stored as ``"<served name>:<id>"`` under their agent.
+
+        Runs at startup, once per (store, agent); a store that cannot be reached is logged and
+        skipped (the agents still read such sessions on first use).
+        """
+        done: set[tuple[int, str, str]] = set()
+        for name, agent in self.agents.items():
+            store = agent.state_store
+            key = self.state_key(agent)
+            migrate = getattr(store, "migrate_legacy", None)
+            if migrate is None or (id(store), key, name) in done:
+                continue
+            done.add((id(store), key, name))
+            try:
+                await store.load("__agentrt__", "__startup__")  # a first operation: has_legacy_sessions is known
+                if not getattr(store, "has_legacy_sessions", False):
+                    continue
+                moved = await migrate(key, prefix=name)
+            except Exception as exc:
+                logger.warning(
+                    "could not migrate the stored sessions of agent %r: %s: %s", name, type(exc).__name__, exc
+                )
+                continue
+            if moved:
+                logger.info("moved %d session(s) stored as '%s:<id>' under agent %r", moved, name, key)
 
     # -- running ------------------------------------------------------------------------------------------------
     async def call(self, agent: AgentBase, input: AgentInput, ctx: RuntimeContext) -> Msg:
@@ -220,7 +261,8 @@ class ServerContext:
             await aclose(stream)
 
     def event_json(self, agent_name: str, event: ev.AgentEvent) -> bytes:
-        """An event's JSON with the caller's session id."""
+        """An event's JSON (its session id is the caller's own: the store adds the agent part)."""
+        del agent_name  # kept for facades: events of every agent are encoded the same way
         names = _FLAT_EVENTS.get(type(event))
         if names is not None:
             # The frequent small events (deltas) hold only JSON scalars: skip the generic walk.
@@ -229,9 +271,6 @@ class ServerContext:
                 data[name] = getattr(event, name)
         else:
             data = event.to_dict()
-        session_id = data.get("session_id")
-        if isinstance(session_id, str):
-            data["session_id"] = self.public_session_id(agent_name, session_id)
         return _json.dumps_bytes(data)
 
     def error_json(self, agent_name: str, session_id: str, exc: BaseException) -> bytes:
@@ -257,7 +296,7 @@ class ServerContext:
         client reads it any more, the run is cancelled (and checkpointed) after the disconnect grace.
         """
         self.ensure_accepting()
-        public = self.public_session_id(agent_name, ctx.key[1])
+        public = ctx.key[1]
         live = self.runs.start_live(
             agent,
             agent_name,
@@ -320,7 +359,7 @@ class ServerContext:
         await self.runs.shutdown(self.shutdown_timeout)
 
     async def check_ready(self) -> list[str]:
-        """Problems that make this replica unready (empty when it can serve)."""
+        """Problems that make this replica unready (empty when it can serve); passwords are masked."""
         problems: list[str] = []
         if not self.runs.accepting:
             problems.append("shutting down")
@@ -332,7 +371,8 @@ class ServerContext:
             try:
                 await asyncio.wait_for(store.load("__agentrt__", "__readyz__"), _READY_TIMEOUT)
             except Exception as exc:
-                problems.append(f"state store {type(store).__name__} unreachable: {type(exc).__name__}: {exc}"[:500])
+                problem = f"state store {type(store).__name__} unreachable: {type(exc).__name__}: {exc}"
+                problems.append(redact_secrets(problem)[:500])
         return problems
 
 
@@ -492,7 +532,7 @@ class _Api:
         user_id, name, agent, session_id = self._target(request)
         body = await self.server.parse_body(request, InterruptRequest, allow_empty=True)
         ctx = self.server.context_for(user_id, name, session_id)
-        if not self.server.runs.is_running(ctx.key):
+        if not self.server.runs.is_running(self.server.session_address(user_id, name, session_id)):
             await self.server.ownership_check(user_id, name, session_id)
         return json_response({"interrupted": agent.interrupt(ctx, msg=body.message)})
 
@@ -518,17 +558,17 @@ class _Api:
                 "revision": state.revision,
                 "created_at": state.created_at,
                 "updated_at": state.updated_at,
-                "running": self.server.runs.is_running((user_id, self.server.session_key(name, session_id))),
+                "running": self.server.runs.is_running(self.server.session_address(user_id, name, session_id)),
             }
         )
 
     async def delete_session(self, request: Request) -> Response:
         user_id, name, agent, session_id = self._target(request)
         await self.server.ownership_check(user_id, name, session_id)
-        key = self.server.session_key(name, session_id)
+        key = self.server.state_key(agent)
         store = agent.state_store
-        async with store.session_lock(user_id, key, timeout=_DELETE_LOCK_TIMEOUT):
-            existed = await store.delete(user_id, key)
+        async with store.session_lock(user_id, session_id, timeout=_DELETE_LOCK_TIMEOUT, agent=key):
+            existed = await store.delete(user_id, session_id, agent=key)
         if not existed:
             raise ApiError(404, "no such session", code="session_not_found", param="session_id")
         return Response(status_code=204)
@@ -536,15 +576,21 @@ class _Api:
     async def get_events(self, request: Request) -> Response:
         user_id, name, _agent, session_id = self._target(request)
         server = self.server
-        key = (user_id, server.session_key(name, session_id))
-        last = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        key = server.session_address(user_id, name, session_id)
+        last, param = request.headers.get("last-event-id"), "Last-Event-ID"
+        if not last:
+            last, param = request.query_params.get("last_event_id"), "last_event_id"
         token: str | None = None
         after = 0
         if last:
-            run_token, sep, seq = last.rpartition(":")
-            if not sep or not run_token or not seq.isdigit():
-                raise ApiError(422, "Last-Event-ID must look like '<run id>:<sequence>'", code="invalid_last_event_id")
-            token, after = run_token, int(seq)
+            position = parse_last_event_id(last)
+            if position is None:
+                raise InvalidParameterError(
+                    f"{param} must look like '<run id>:<sequence>' (visible ASCII, a sequence of at most 18 digits)",
+                    code="invalid_last_event_id",
+                    param=param,
+                )
+            token, after = position
         live = server.runs.find_live(key, token)
         if live is None:
             await server.ownership_check(user_id, name, session_id)
@@ -569,16 +615,14 @@ class _Api:
         user_id = self.server.authenticate(request)
         name = request.path_params["agent"]
         agent = self.server.get_agent(name)
-        prefix = self.server.session_key(name, "")
         sessions = [
             {
-                "session_id": info.session_id[len(prefix) :],
+                "session_id": info.session_id,
                 "message_count": info.message_count,
                 "revision": info.revision,
                 "updated_at": info.updated_at,
             }
-            for info in await agent.state_store.list_sessions(user_id)
-            if info.session_id.startswith(prefix) and len(info.session_id) > len(prefix)
+            for info in await agent.state_store.list_sessions(user_id, agent=self.server.state_key(agent))
         ]
         return json_response({"sessions": sessions})
 
@@ -600,12 +644,13 @@ def _int_query(request: Request, name: str, *, default: int | None, low: int, hi
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise ApiError(422, f"query parameter {name!r} must be an integer from {low} to {high}", param=name)
+    value = parse_uint(raw)
+    if value is None or not low <= value <= high:
+        raise InvalidParameterError(
+            f"query parameter {name!r} must be an integer from {low} to {high}",
+            code="invalid_query_parameter",
+            param=name,
+        )
     return value
 
 
@@ -730,9 +775,16 @@ def create_app(
         return json_response(schema)
 
     async def readyz(request: Request) -> Response:
+        # Probes call it without a key: they get pass/fail only. The problems name the store's
+        # host, port and database, so only a caller with a valid API key sees them.
         problems = await server.check_ready()
         status = "ready" if not problems else "shutting_down" if not server.runs.accepting else "unavailable"
-        return json_response({"status": status, "problems": problems}, 503 if problems else 200)
+        body: dict[str, Any] = {"status": status}
+        if request.headers.get("authorization"):
+            with contextlib.suppress(ApiError):
+                server.authenticate(request)
+                body["problems"] = problems
+        return json_response(body, 503 if problems else 200)
 
     routes += [
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
@@ -745,6 +797,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         server.runs.accepting = True  # an app can be started again after a shutdown (tests do)
+        await server.migrate_legacy_sessions()
         yield
         await server.shutdown()
 
@@ -755,6 +808,7 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
+            ClientDisconnect: _client_disconnected,
             AgentrtError: _agentrt_error,
             Exception: _server_error,
         },
@@ -809,6 +863,13 @@ def _static_routes(folder: Path) -> list[BaseRoute]:
 
 
 # -- error handlers -------------------------------------------------------------------------------------------------
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # Not a server failure: log it once, quietly (the Exception handler would log an ERROR and
+    # re-raise, and uvicorn would log the traceback again). Nobody is left to read the answer.
+    logger.info("%s %s: the client disconnected before sending the whole request", request.method, request.url.path)
+    return ApiError(400, "the client disconnected mid-request", code="client_disconnected").response()
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return exc.response()

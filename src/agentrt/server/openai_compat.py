@@ -148,7 +148,7 @@ async def chat_completions(server: ServerContext, request: Request) -> Response:
         session_id = "chat-" + uuid.uuid4().hex
     server.check_session_id(session_id)
     ctx = server.context_for(user_id, body.model, session_id)
-    state = None if fresh else await agent.state_store.load(*ctx.key)
+    state = None if fresh else await agent.state_store.load(*ctx.key, agent=server.state_key(agent))
     from agentrt.server.app import pending_calls
 
     pending = pending_calls(state) if state is not None else []

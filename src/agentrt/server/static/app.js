@@ -56,6 +56,14 @@ const app = {
   loadToken: 0,
   /** Session ids made here with "New session" and not stored yet (nothing to fetch). */
   fresh: new Set(),
+  /** Loads in flight (connecting, a session's history, the refresh after a run). */
+  loading: 0,
+  /** How the last run of this session ended: "ready", "failed", "interrupted" or "" (none yet). */
+  outcome: "",
+  /** The last failed request outside a run, shown until the next run or session change. */
+  problem: "",
+  /** Numbers of the latest session-list and state requests: answers can arrive out of order. */
+  latest: { sessions: 0, state: 0 },
 };
 
 let uidCounter = 0;
@@ -151,9 +159,50 @@ function pendingLeaves(pending) {
   return out;
 }
 
-function setStatus(text, kind = "") {
-  ui.status.textContent = text;
-  ui.status.dataset.kind = kind;
+const OUTCOMES = {
+  ready: ["Ready", ""],
+  failed: ["Run failed", "error"],
+  interrupted: ["Interrupted", ""],
+};
+
+/**
+ * The status line, derived from the state only: handlers change `app` and call render(), so the
+ * status never depends on which handler happened to run last.
+ */
+function currentStatus() {
+  if (app.awaiting.size) {
+    const left = [...app.awaiting.keys()].filter((id) => !app.decisions.has(id)).length;
+    if (left < app.awaiting.size) return [`${plural(left, "more call")} to answer`, "attention"];
+    return ["Waiting for your approval", "attention"];
+  }
+  if (app.run) return app.run.interrupting ? ["Interrupting…", "busy"] : ["Running…", "busy"];
+  if (app.problem) return [app.problem, "error"];
+  return OUTCOMES[app.outcome] || ["", ""];
+}
+
+/** What the UI is doing, for tests and assistive tech: disconnected, loading, running or idle. */
+function currentPhase() {
+  if (!app.connected) return "disconnected";
+  if (app.run) return "running";
+  return app.loading > 0 ? "loading" : "idle";
+}
+
+/** Record a failed request outside a run and show it. */
+function reportProblem(text) {
+  app.problem = text;
+  render();
+}
+
+/** Count a load in flight while `promise` runs (the phase is "loading" meanwhile). */
+async function loading(promise) {
+  app.loading++;
+  render();
+  try {
+    return await promise;
+  } finally {
+    app.loading--;
+    render();
+  }
 }
 
 function errorText(err) {
@@ -633,8 +682,7 @@ function onEvent(type, ev) {
         follow(() => card.askApproval(call));
         app.awaiting.set(call.id, card);
       }
-      setStatus("Waiting for your approval", "attention");
-      updateComposer();
+      render();
       break;
     case "require_external_execution":
       for (const call of ev.tool_calls || []) {
@@ -696,9 +744,8 @@ function finishTurn(ev) {
 
 function recordDecision(card, result) {
   app.decisions.set(card.id, result);
-  const waiting = [...app.awaiting.keys()].filter((id) => !app.decisions.has(id));
-  if (waiting.length) {
-    setStatus(`${plural(waiting.length, "more call")} to answer`, "attention");
+  if ([...app.awaiting.keys()].some((id) => !app.decisions.has(id))) {
+    render(); // "N more calls to answer"
     return;
   }
   for (const turn of app.turnList) {
@@ -708,7 +755,7 @@ function recordDecision(card, result) {
   const cards = [...app.awaiting.values()];
   app.awaiting.clear();
   app.decisions.clear();
-  updateComposer();
+  render();
   startRun("confirm", results, cards);
 }
 
@@ -723,8 +770,9 @@ async function startRun(kind, payload, cards = []) {
   const agent = app.agent;
   const sessionId = app.sessionId;
   app.run = run;
-  updateComposer();
-  setStatus("Running…", "busy");
+  app.problem = "";
+  app.outcome = "";
+  render();
   let outcome = null;
   try {
     const options = {
@@ -760,31 +808,29 @@ async function startRun(kind, payload, cards = []) {
   const queued = app.queued;
   app.queued = null;
   if (queued && queued.sessionId === app.sessionId) return startRun(queued.kind, queued.payload, queued.cards);
-  updateComposer();
-  if (sessionId !== app.sessionId) return; // the user moved on to another session
+  if (sessionId !== app.sessionId) return render(); // the user moved on to another session
+  app.outcome = run.failed ? "failed" : run.finished === "interrupted" ? "interrupted" : outcome ? "ready" : "";
+  render();
   if (outcome && outcome.events && !run.finished && !run.failed && !controller.signal.aborted) {
     notice("The connection closed before the run finished; press Refresh to see where it stands.", "warning");
   }
-  if (outcome && outcome.message) {
-    // The server answered with JSON instead of a stream: show the stored conversation.
-    await openSession(sessionId, { keepStatus: true });
-  }
-  updateComposer();
-  await refreshSessions();
-  await refreshState();
-  if (app.awaiting.size) setStatus("Waiting for your approval", "attention");
-  else if (run.failed) setStatus("Run failed", "error");
-  else if (run.finished === "interrupted") setStatus("Interrupted", "");
-  else if (outcome) setStatus("Ready", "");
-  else setStatus("", "");
+  await loading(
+    (async () => {
+      if (outcome && outcome.message) {
+        // The server answered with JSON instead of a stream: show the stored conversation.
+        await openSession(sessionId, { keepStatus: true });
+      }
+      await refreshSessions();
+      await refreshState();
+    })(),
+  );
 }
 
 async function interruptRun() {
   const run = app.run;
   if (!run || run.interrupting) return;
   run.interrupting = true;
-  updateComposer();
-  setStatus("Interrupting…", "busy");
+  render();
   // A run that has not reached the server's agent yet cannot be interrupted: try a few times.
   for (let attempt = 0; attempt < 4 && app.run === run && !run.finished; attempt++) {
     try {
@@ -800,7 +846,12 @@ async function interruptRun() {
   run.timer = setTimeout(() => run.controller.abort(), 5000);
 }
 
-function updateComposer() {
+/** Bring the composer, the status line and the phase in line with the state. */
+function render() {
+  const [text, kind] = currentStatus();
+  if (ui.status.textContent !== text) ui.status.textContent = text; // unchanged: nothing to announce
+  ui.status.dataset.kind = kind;
+  document.body.dataset.phase = currentPhase();
   const running = Boolean(app.run);
   const awaiting = app.awaiting.size > 0;
   const ready = app.connected && Boolean(app.agent) && Boolean(app.sessionId);
@@ -841,13 +892,14 @@ function normaliseSessions(data) {
 async function refreshSessions() {
   if (!app.connected || !app.agent) return;
   const agent = app.agent;
+  const seq = ++app.latest.sessions;
   try {
     const data = await client.listSessions(agent);
-    if (agent !== app.agent) return;
+    if (agent !== app.agent || seq !== app.latest.sessions) return; // a newer list is coming
     app.sessions = normaliseSessions(data);
     for (const s of app.sessions) app.fresh.delete(s.session_id);
   } catch (err) {
-    if (!(err instanceof ApiError && err.status === 401)) setStatus(`Could not list sessions: ${errorText(err)}`, "error");
+    if (!(err instanceof ApiError && err.status === 401)) reportProblem(`Could not list sessions: ${errorText(err)}`);
     return;
   }
   renderSessions();
@@ -917,7 +969,7 @@ async function deleteSession(sessionId, button) {
     await client.deleteSession(app.agent, sessionId);
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 404)) {
-      setStatus(`Delete failed: ${errorText(err)}`, "error");
+      reportProblem(`Delete failed: ${errorText(err)}`);
       return;
     }
   }
@@ -946,14 +998,18 @@ async function openSession(sessionId, { keepStatus = false } = {}) {
   ui.currentSession.textContent = sessionId;
   clearLog();
   app.state = null;
-  updateComposer();
+  if (!keepStatus) {
+    app.outcome = "";
+    app.problem = "";
+  }
+  render();
   let data = null;
   if (app.connected && !app.fresh.has(sessionId)) {
     try {
-      data = await client.getSession(app.agent, sessionId);
+      data = await loading(client.getSession(app.agent, sessionId));
     } catch (err) {
       if (token !== app.loadToken) return;
-      if (!(err instanceof ApiError && err.status === 404)) setStatus(`Could not load session: ${errorText(err)}`, "error");
+      if (!(err instanceof ApiError && err.status === 404)) app.problem = `Could not load session: ${errorText(err)}`;
     }
   }
   if (token !== app.loadToken) return;
@@ -963,8 +1019,7 @@ async function openSession(sessionId, { keepStatus = false } = {}) {
     notice("A run is in progress on this session (started elsewhere). Press Refresh to see its result.", "warning");
   }
   renderInspector();
-  if (!keepStatus) setStatus(app.awaiting.size ? "Waiting for your approval" : "", app.awaiting.size ? "attention" : "");
-  updateComposer();
+  render();
 }
 
 function normaliseState(data) {
@@ -1024,15 +1079,17 @@ async function refreshState() {
   if (app.fresh.has(app.sessionId)) await refreshSessions();
   if (app.fresh.has(app.sessionId)) return renderInspector();
   const token = app.loadToken;
+  const seq = ++app.latest.state;
+  const stale = () => token !== app.loadToken || seq !== app.latest.state; // another session, or a newer state
   try {
     const data = await client.getSession(app.agent, app.sessionId);
-    if (token !== app.loadToken) return;
+    if (stale()) return;
     app.state = normaliseState(data);
   } catch (err) {
-    if (token !== app.loadToken) return;
+    if (stale()) return;
     if (err instanceof ApiError && err.status === 404) app.state = null;
     else {
-      setStatus(`Could not load state: ${errorText(err)}`, "error");
+      reportProblem(`Could not load state: ${errorText(err)}`);
       return;
     }
   }
@@ -1131,7 +1188,7 @@ function askForKey(message = "") {
   ui.keyInput.value = "";
   if (!ui.keyDialog.open) ui.keyDialog.showModal();
   ui.keyInput.focus();
-  updateComposer();
+  render();
 }
 
 function normaliseAgents(data) {
@@ -1141,7 +1198,12 @@ function normaliseAgents(data) {
     .filter((a) => a && typeof a.name === "string");
 }
 
-async function connect(key, { silent = false } = {}) {
+/** Check the key, then open the agent's session from the URL (or the latest, or a new one). */
+function connect(key, options = {}) {
+  return loading(connectNow(key, options));
+}
+
+async function connectNow(key, { silent = false } = {}) {
   ui.keyError.textContent = "";
   let data;
   try {
@@ -1158,6 +1220,7 @@ async function connect(key, { silent = false } = {}) {
   apiKey.set(key);
   app.connected = true;
   if (ui.keyDialog.open) ui.keyDialog.close();
+  render();
   app.agents = normaliseAgents(data);
   const wanted = readLocation();
   const names = app.agents.map((a) => a.name);
@@ -1169,7 +1232,7 @@ async function connect(key, { silent = false } = {}) {
   ui.agentSelect.value = app.agent;
   ui.agentSelect.disabled = app.agents.length < 2;
   if (!app.agent) {
-    setStatus("The server has no agents.", "error");
+    reportProblem("The server has no agents.");
     return true;
   }
   app.sessionId = wanted.agent === app.agent && wanted.session ? wanted.session : "";
@@ -1238,7 +1301,7 @@ ui.input.addEventListener("keydown", (event) => {
   }
 });
 
-updateComposer();
+render();
 renderInspector();
 const stored = apiKey.get();
 if (stored) connect(stored, { silent: true });
