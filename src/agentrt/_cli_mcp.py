@@ -1,12 +1,18 @@
-"""``agentrt mcp``: serve a toolkit or an agent over MCP, and list the tools of an MCP server."""
+"""``agentrt mcp``: serve a toolkit or an agent over MCP; list an MCP server's tools, resources and prompts."""
 
 # No `from __future__ import annotations`: typer reads these signatures at runtime.
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     import typer
+    from rich.table import Table
+
+    from agentrt.tool.mcp import McpClient
+
+T = TypeVar("T")
 
 __all__ = ["build_mcp_app"]
 
@@ -42,7 +48,11 @@ def build_mcp_app() -> "typer.Typer":
         except KeyboardInterrupt:  # pragma: no cover - interactive
             pass
 
-    @app.command()
+    # Everything after the server's command is its own: `agentrt mcp tools npx -y @pkg --flag`.
+    # Options of ours go before the command (or use `--`).
+    passthrough = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+    @app.command(context_settings=passthrough)
     def tools(
         command: Annotated[
             list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
@@ -51,24 +61,15 @@ def build_mcp_app() -> "typer.Typer":
         sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
         prefix: Annotated[str | None, typer.Option(help="Name prefix, as register_mcp(prefix=...).")] = None,
     ) -> None:
-        """List an MCP server's tools under the names agentrt registers them with."""
-        from rich.console import Console
+        """List an MCP server's tools under the names agentrt registers them with.
+
+        Options come before the server's command; everything after it is passed to the server.
+        """
         from rich.table import Table
 
-        from agentrt.errors import AgentrtError
-        from agentrt.tool.mcp import McpClient
         from agentrt.tool.toolkit import Toolkit
 
-        chosen = [x for x in (command, http, sse) if x]
-        if len(chosen) != 1:
-            _fail("give exactly one server: a COMMAND (stdio), --http URL or --sse URL")
-        if http:
-            client = McpClient.http(http)
-        elif sse:
-            client = McpClient.sse(sse)
-        else:
-            assert command
-            client = McpClient.stdio(command[0], command[1:])
+        client = _client(command, http, sse)
 
         async def go() -> Toolkit:
             toolkit = Toolkit()
@@ -78,17 +79,109 @@ def build_mcp_app() -> "typer.Typer":
                 await toolkit.aclose()
             return toolkit
 
-        try:
-            toolkit = asyncio.run(go())
-        except AgentrtError as exc:
-            _fail(f"{type(exc).__name__}: {exc}")
+        toolkit = _run(go)
         table = Table("tool", "kind", "description", title=f"MCP server {client.name!r}")
         for t in toolkit:
             kind = "read-only" if t.read_only else ("destructive" if t.destructive else "")
             table.add_row(t.name, kind, (t.description or "").split("\n")[0][:100])
-        Console().print(table)
+        _print(table)
+
+    @app.command(context_settings=passthrough)
+    def resources(
+        command: Annotated[
+            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
+        ] = None,
+        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
+        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+    ) -> None:
+        """List an MCP server's resources and resource templates."""
+        from rich.table import Table
+
+        client = _client(command, http, sse)
+
+        async def go() -> list[tuple[str, str, str, str]]:
+            async with client:
+                caps = client.server_capabilities
+                if caps is None or caps.resources is None:
+                    return []
+                rows = [(r.uri, r.name, r.mime_type or "", r.description or "") for r in await client.list_resources()]
+                for t in await client.list_resource_templates():
+                    rows.append((t.uri_template, t.name, t.mime_type or "", t.description or ""))
+                return rows
+
+        rows = _run(go)
+        table = Table("uri", "name", "type", "description", title=f"MCP server {client.name!r}: resources")
+        for uri, name, mime, description in rows:
+            table.add_row(uri, name, mime, description.split("\n")[0][:100])
+        _print(table)
+
+    @app.command(context_settings=passthrough)
+    def prompts(
+        command: Annotated[
+            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
+        ] = None,
+        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
+        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+    ) -> None:
+        """List an MCP server's prompts and their arguments (required ones marked *)."""
+        from rich.table import Table
+
+        client = _client(command, http, sse)
+
+        async def go() -> list[tuple[str, str, str]]:
+            async with client:
+                caps = client.server_capabilities
+                if caps is None or caps.prompts is None:
+                    return []
+                return [
+                    (
+                        p.name,
+                        ", ".join(a.name + ("*" if a.required else "") for a in p.arguments or ()),
+                        p.description or "",
+                    )
+                    for p in await client.list_prompts()
+                ]
+
+        found = _run(go)
+        table = Table("prompt", "arguments", "description", title=f"MCP server {client.name!r}: prompts")
+        for name, arguments, description in found:
+            table.add_row(name, arguments, description.split("\n")[0][:100])
+        _print(table)
 
     return app
+
+
+def _client(command: list[str] | None, http: str | None, sse: str | None) -> "McpClient":
+    from agentrt.errors import AgentrtError
+    from agentrt.tool.mcp import McpClient
+
+    chosen = [x for x in (command, http, sse) if x]
+    if len(chosen) != 1:
+        _fail("give exactly one server: a COMMAND (stdio), --http URL or --sse URL (options before the command)")
+    try:
+        if http:
+            return McpClient.http(http)
+        if sse:
+            return McpClient.sse(sse)
+        assert command
+        return McpClient.stdio(command[0], command[1:])
+    except AgentrtError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+
+
+def _run(go: "Callable[[], Coroutine[Any, Any, T]]") -> T:
+    from agentrt.errors import AgentrtError
+
+    try:
+        return asyncio.run(go())
+    except AgentrtError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+
+
+def _print(table: "Table") -> None:
+    from rich.console import Console
+
+    Console().print(table)
 
 
 def _fail(message: str) -> NoReturn:

@@ -33,7 +33,7 @@ from agentrt import (
 from agentrt.events import AgentEvent, ToolResult, event_from_dict
 from agentrt.model import ScriptedModel
 from agentrt.state import InMemoryStateStore
-from agentrt.tool.mcp import McpClient, McpConnectionError, McpError, McpProgress
+from agentrt.tool.mcp import McpCallLostError, McpClient, McpConnectionError, McpError, McpProgress
 
 pytestmark = pytest.mark.integration
 
@@ -393,9 +393,11 @@ async def test_stdio_server_killed_during_a_call(markers: Path) -> None:
     toolkit = Toolkit()
     client = demo_stdio(markers)
     await toolkit.register_mcp(client)
+    tag = uuid.uuid4().hex[:8]
+    # "slow" is annotated idempotent: a call the server died under is sent again on the new process.
     agent = agent_with(
         toolkit,
-        ToolUseBlock(id="s", name=D + "slow", input={"steps": 100, "delay": 0.1}),
+        ToolUseBlock(id="s", name=D + "slow", input={"steps": 10, "delay": 0.05, "tag": tag}),
         ToolUseBlock(id="p", name=D + "pid", input={}),
         "ok",
     )
@@ -404,14 +406,32 @@ async def test_stdio_server_killed_during_a_call(markers: Path) -> None:
         events: list[AgentEvent] = []
         async for event in agent.stream_events("work"):
             events.append(event)
-            if isinstance(event, McpProgress) and event.progress == 1:
+            if isinstance(event, McpProgress) and event.progress == 1 and not process_gone(server_pid):
                 os.kill(server_pid, signal.SIGKILL)
         by_id = {r.id: r for r in results(events)}
-        # Not retried (the tool may have run): an error result saying the server restarted.
-        assert by_id["s"].state == "error"
-        assert "Demo_Server" in by_id["s"].text and "restarted" in by_id["s"].text
+        assert by_id["s"].state == "success" and by_id["s"].output == "finished 10 steps"
+        assert [p.progress for p in events if isinstance(p, McpProgress)].count(1) == 2  # it started over
+        assert (markers / f"done-{tag}").exists()  # and ran to the end on the new process
         assert by_id["p"].state == "success" and pid_of(by_id["p"].output) != server_pid
         assert client.reconnects == 1
+
+        # The same call marked not idempotent is never sent again: a typed error, and the new
+        # process never runs it (it would leave its done marker).
+        second_pid = pid_of(by_id["p"].output)
+        lost_tag = uuid.uuid4().hex[:8]
+
+        async def kill_on_start(progress: float, total: float | None, message: str | None) -> None:
+            if not process_gone(second_pid):
+                os.kill(second_pid, signal.SIGKILL)
+
+        with pytest.raises(McpCallLostError) as info:
+            args = {"steps": 4, "delay": 0.05, "tag": lost_tag}
+            await client.call_tool("slow", args, progress=kill_on_start, idempotent=False)
+        assert info.value.restarted and info.value.tool == "slow" and "not sent again" in str(info.value)
+        third = pid_of((await client.call_tool("pid")).content[0].text)  # type: ignore[union-attr]
+        assert third not in (server_pid, second_pid) and client.reconnects == 2
+        await asyncio.sleep(0.5)  # ample time for a re-sent call (4 x 0.05 s) to finish
+        assert not (markers / f"done-{lost_tag}").exists()
     finally:
         await toolkit.aclose()
 
@@ -450,7 +470,8 @@ async def test_streamable_http_calls_progress_cancel_and_server_restart(http_ser
         first = pid_of((await pid_tool.invoke({}, RuntimeContext())).output)
 
         # Restarted at the same URL: the old session id is unknown there (404), so the call is
-        # known undelivered and is retried on a new session.
+        # known undelivered and is retried on a new session (server-everything answers 400
+        # instead: tests/integration/test_mcp_everything.py).
         await http_server.stop()
         await http_server.start()
         second = pid_of((await pid_tool.invoke({}, RuntimeContext())).output)
@@ -505,6 +526,26 @@ async def test_sse_calls_progress_cancel_and_server_restart(sse_server: HttpServ
         assert second != first and client.reconnects == 1
     finally:
         await toolkit.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "stale"),
+    [
+        (-32000, "Bad Request: No valid session ID provided", True),  # TypeScript SDK servers, HTTP 400
+        (-32600, "Session terminated", True),  # the Python SDK client's reading of HTTP 404
+        (-32600, "Session not found", True),
+        (-32000, "Bad Request: Server not initialized", True),
+        (-32000, "Connection closed", False),  # the SDK's CONNECTION_CLOSED shares the code
+        (-32602, "Invalid params: session_id must be a string", False),
+        (-32603, "Internal error", False),
+    ],
+)
+def test_stale_session_answers_are_recognised(code: int, message: str, stale: bool) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    from agentrt.tool.mcp import _is_expired_session
+
+    assert _is_expired_session(MCPError(code=code, message=message)) is stale
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""MCP client: use the tools of any Model Context Protocol server as agentrt tools.
+"""MCP client: use the tools, resources and prompts of any Model Context Protocol server.
 
 ```python
 from agentrt.tool.mcp import McpClient
@@ -11,7 +11,7 @@ await toolkit.aclose()   # closes the clients the toolkit opened
 ```
 
 Built on the official ``mcp`` SDK (2.x): its stdio, streamable HTTP and SSE client transports
-and its `ClientSession`.
+and its `ClientSession`. Resources, prompts, sampling and elicitation: see `_mcp_features`.
 
 **The session task.** The SDK's transports and session are anyio task-group context managers:
 they must be entered and exited by one task. Each `McpClient` connection therefore lives in a
@@ -23,11 +23,14 @@ cancelled by an interrupt or a timeout cancels exactly that request: the SDK sen
 ``notifications/cancelled`` and the session stays usable.
 
 **Reconnects.** When the server process exits (stdio), the HTTP server goes away, or the HTTP
-session expires, the connection is replaced by a fresh one (new process, new handshake), with
-backoff between attempts. A call is retried once, transparently, when it certainly never reached
-the server: the connection was already known dead, the HTTP server refused the connection, or it
-rejected an expired session. A call that was in flight when the connection died is not retried
-(the tool may have run): it becomes an error result telling the model that the server restarted.
+session is no longer known to the server (HTTP 404, or 400 with a session error, as servers that
+restarted answer), the connection is replaced by a fresh one (new process, new handshake), with
+backoff between attempts. Over HTTP an httpx response hook sees every rejected session: one
+rejected POST tells that exactly that request never ran (the hook finds the request through a
+context variable the SDK carries into its POST task). A request is retried once, transparently,
+when it certainly never reached the server, or when it is idempotent (listings, reads, prompts,
+tools annotated read-only or idempotent). Any other tool call in flight when the connection died
+is not re-sent: it fails with `McpCallLostError`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ import contextlib
 import contextvars
 import fnmatch
 import hashlib
+import inspect
+import json
 import logging
 import os
 import re
@@ -62,23 +67,47 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         name=exc.name,
     ) from exc
 
-from agentrt import _json
 from agentrt.errors import DuplicateToolError, ToolError, ToolRetry, UserError
 from agentrt.events import AgentEvent, register_event_type
-from agentrt.message import AudioBlock, Base64Source, ContentBlock, ImageBlock, TextBlock, ToolResultBlock
+from agentrt.message import Msg, ToolResultBlock
+from agentrt.tool._mcp_features import (
+    ElicitationAnswer,
+    ElicitationHandler,
+    ElicitationRequest,
+    Inbound,
+    McpCall,
+    McpElicitation,
+    SamplingApproval,
+    SamplingRequest,
+    block_output,
+    current_mcp_call,
+    listing_text,
+    prompt_messages,
+    read_result_blocks,
+    result_to_block,
+)
 from agentrt.tool.base import Tool
 
 if TYPE_CHECKING:
     from agentrt.agent._run import Run
     from agentrt.context import RuntimeContext
+    from agentrt.model.base import ChatModel
     from agentrt.tool.toolkit import Toolkit
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "ElicitationAnswer",
+    "ElicitationHandler",
+    "ElicitationRequest",
+    "McpCallLostError",
     "McpClient",
     "McpConnectionError",
+    "McpElicitation",
     "McpError",
     "McpProgress",
+    "ResourceCallback",
+    "SamplingApproval",
+    "SamplingRequest",
     "register_mcp",
     "result_to_block",
 ]
@@ -96,6 +125,8 @@ _CLOSE_TIMEOUT = 10.0  # stdio shutdown: stdin close, 2 s grace, SIGTERM, 2 s, S
 _CANCEL_GRACE = 2.0  # time for the SDK to send notifications/cancelled after a caller cancels
 _DEATH_WAIT = 2.0  # time for a failing connection's holder to finish, to learn why it failed
 _MAX_PAGES = 1000
+_SESSION_HEADER = "mcp-session-id"
+_STALE_WORDS = ("not found", "no valid", "invalid", "expired", "terminated", "unknown", "missing")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _LAUNCHERS = frozenset(("python", "python3", "node", "uv", "uvx", "npx", "bun", "deno", "pipx", "sh", "bash"))
@@ -126,6 +157,18 @@ class McpConnectionError(McpError):
         self.restarted = restarted
 
 
+class McpCallLostError(McpConnectionError):
+    """The connection died while a tool call not known to be idempotent was in flight.
+
+    The call may or may not have run on the server; it was not sent again. `restarted` says
+    whether a new connection is up; `tool` names the server's tool.
+    """
+
+    def __init__(self, message: str, *, server: str = "", tool: str = "", restarted: bool = False) -> None:
+        super().__init__(message, server=server, restarted=restarted)
+        self.tool = tool
+
+
 @register_event_type
 @dataclass(frozen=True, slots=True, kw_only=True)
 class McpProgress(AgentEvent):
@@ -143,18 +186,20 @@ class McpProgress(AgentEvent):
 
 ProgressCallback = ProgressFnT
 """``async (progress, total, message) -> None``, called for each progress notification of a call."""
+ResourceCallback = Callable[[str], Awaitable[None] | None]
+"""``(uri) -> None`` (or a coroutine function): a subscribed resource changed on the server."""
 
 
 # --------------------------------------------------------------------------------------------------
 # the client
 # --------------------------------------------------------------------------------------------------
-_Opener = Callable[[contextlib.AsyncExitStack], Awaitable[tuple[Any, Any]]]
+_Opener = Callable[[contextlib.AsyncExitStack, "_Connection"], Awaitable[tuple[Any, Any]]]
 
 
 class _Connection:
     """One connection generation: a holder task owning a transport and an initialised session."""
 
-    __slots__ = ("closing", "error", "init", "loop", "lost", "ready", "session", "task")
+    __slots__ = ("closing", "error", "init", "loop", "lost", "ready", "retired", "session", "stale", "task")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -163,6 +208,9 @@ class _Connection:
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closing = asyncio.Event()
         self.lost = False
+        self.retired = False
+        self.stale: str | None = None
+        """Why the HTTP server rejected this connection's session (it restarted or expired it)."""
         self.error: BaseException | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -179,6 +227,65 @@ class _Connection:
             and not self.lost
             and not self.closing.is_set()
         )
+
+
+class _Attempt:
+    """One sending of one request; the HTTP response hook marks it when the server refused its session."""
+
+    __slots__ = ("method", "rejected")
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.rejected = False
+
+
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("agentrt_mcp_attempt", default=None)
+
+
+async def _attempted(attempt: _Attempt, request: Awaitable[Any]) -> Any:
+    # Runs in the request's own child task: the SDK snapshots this context into its POST task.
+    _attempt.set(attempt)
+    return await request
+
+
+async def _note_stale_session(response: httpx2.Response, conn: _Connection) -> None:
+    """Response hook: a request carrying a session id that the server does not know (any more)."""
+    request = response.request
+    status = response.status_code
+    if status not in (400, 404) or _SESSION_HEADER not in request.headers:
+        return
+    if status == 400:
+        try:
+            body = (await response.aread())[:4000].decode("utf-8", "replace")
+        except Exception:  # the SDK reports the failed request itself
+            return
+        if not _is_stale_text(body):
+            return
+        reason = f"HTTP 400: {body.strip()[:200]}"
+    else:
+        reason = "HTTP 404: session not found"
+    if conn.stale is None:
+        conn.stale = reason
+    attempt = _attempt.get()
+    if attempt is not None and request.method == "POST" and _request_method(request) == attempt.method:
+        # This very request was refused before the server ran anything. Its sender winds the
+        # connection down once the SDK has delivered the error (closing it now races that).
+        attempt.rejected = True
+        return
+    if not conn.retired:
+        logger.info("MCP session at %s rejected (%s); reconnecting", request.url, reason)
+    conn.mark_lost()
+
+
+def _request_method(request: httpx2.Request) -> str | None:
+    """The JSON-RPC method of a POSTed request (None for responses and notifications)."""
+    try:
+        body = json.loads(request.content or b"null")
+    except (ValueError, httpx2.RequestNotRead):
+        return None
+    if isinstance(body, dict) and "id" in body and isinstance(body.get("method"), str):
+        return str(body["method"])
+    return None
 
 
 class _WatchedReadStream:
@@ -239,6 +346,12 @@ class McpClient:
         connect_timeout: Seconds to start or reach the server and finish the handshake.
         reconnect: Replace a dead connection automatically (False: calls fail once it dies).
         reconnect_delays: Pauses before successive reconnect attempts.
+        sampling_model: A `ChatModel` (or model id) that answers the server's sampling requests
+            (None: sampling is not offered to the server).
+        sampling_approval: Ask before each sampling request: True asks the user through
+            `elicitation_handler`; an async callable ``(SamplingRequest) -> bool`` decides itself.
+        elicitation_handler: ``async (ElicitationRequest) -> answer``, the server's questions to
+            the user (None: every question is declined).
     """
 
     __slots__ = (
@@ -246,6 +359,8 @@ class McpClient:
         "_conn",
         "_describe",
         "_fallback",
+        "_inbound",
+        "_inflight",
         "_lock",
         "_lock_loop",
         "_name",
@@ -254,6 +369,9 @@ class McpClient:
         "_owned_by_caller",
         "_program",
         "_retiring",
+        "_reviving",
+        "_subscriptions",
+        "_tool_specs",
         "_toolkits",
         "_transport",
         "connect_timeout",
@@ -276,6 +394,9 @@ class McpClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         reconnect: bool = True,
         reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+        sampling_model: ChatModel | str | None = None,
+        sampling_approval: bool | SamplingApproval = False,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise UserError(f"McpClient timeout must be positive or None, not {timeout!r}")
@@ -305,6 +426,17 @@ class McpClient:
         self._owned_by_caller = False
         self._toolkits: list[Any] = []
         self._retiring: set[asyncio.Task[None]] = set()
+        self._reviving: set[asyncio.Task[None]] = set()
+        self._inflight: dict[int, McpCall] = {}
+        self._subscriptions: dict[str, list[ResourceCallback]] = {}
+        self._tool_specs: dict[str, mcp_types.Tool] = {}
+        self._inbound = Inbound(
+            lambda: self.name,
+            lambda: list(self._inflight.values()),
+            sampling_model=sampling_model,
+            sampling_approval=sampling_approval,
+            elicitation_handler=elicitation_handler,
+        )
 
     # -- constructors -------------------------------------------------------------------------------
     @classmethod
@@ -321,6 +453,9 @@ class McpClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         reconnect: bool = True,
         reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+        sampling_model: ChatModel | str | None = None,
+        sampling_approval: bool | SamplingApproval = False,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> McpClient:
         """A server started as a subprocess speaking MCP on its stdin/stdout.
 
@@ -340,7 +475,7 @@ class McpClient:
             cwd=os.fspath(cwd) if cwd is not None else None,
         )
 
-        async def open_stdio(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        async def open_stdio(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
             log = errlog if errlog is not None else sys.stderr
             if not _has_fileno(log):  # the child needs a real file descriptor (pytest swaps stderr)
                 log = sys.__stderr__ if sys.__stderr__ is not None else log
@@ -359,6 +494,9 @@ class McpClient:
             connect_timeout=connect_timeout,
             reconnect=reconnect,
             reconnect_delays=reconnect_delays,
+            sampling_model=sampling_model,
+            sampling_approval=sampling_approval,
+            elicitation_handler=elicitation_handler,
         )
 
     @classmethod
@@ -372,18 +510,28 @@ class McpClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         reconnect: bool = True,
         reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+        sampling_model: ChatModel | str | None = None,
+        sampling_approval: bool | SamplingApproval = False,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> McpClient:
         """A server reached over streamable HTTP at `url` (e.g. ``http://127.0.0.1:8000/mcp``).
 
-        `headers` go with every request (e.g. ``{"Authorization": "Bearer ..."}``). An expired
-        session (the server answers 404) is replaced by a new one.
+        `headers` go with every request (e.g. ``{"Authorization": "Bearer ..."}``). A session the
+        server no longer knows (it answers 404, or 400 with a session error) is replaced by a new one.
         """
         _check_url(url)
         header_dict = dict(headers) if headers else None
 
-        async def open_http(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        async def open_http(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
+            async def on_response(response: httpx2.Response) -> None:
+                await _note_stale_session(response, conn)
+
             # The SDK's defaults: 30 s to connect or write, 5 minutes between bytes of an event stream.
-            http = httpx2.AsyncClient(headers=header_dict, timeout=httpx2.Timeout(30.0, read=300.0))
+            http = httpx2.AsyncClient(
+                headers=header_dict,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [on_response]},
+            )
             http_client = await stack.enter_async_context(http)
             streams: tuple[Any, Any] = await stack.enter_async_context(
                 streamable_http_client(url, http_client=http_client)
@@ -400,6 +548,9 @@ class McpClient:
             connect_timeout=connect_timeout,
             reconnect=reconnect,
             reconnect_delays=reconnect_delays,
+            sampling_model=sampling_model,
+            sampling_approval=sampling_approval,
+            elicitation_handler=elicitation_handler,
         )
 
     @classmethod
@@ -413,12 +564,15 @@ class McpClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         reconnect: bool = True,
         reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
+        sampling_model: ChatModel | str | None = None,
+        sampling_approval: bool | SamplingApproval = False,
+        elicitation_handler: ElicitationHandler | None = None,
     ) -> McpClient:
         """A server reached over the (legacy) HTTP+SSE transport at `url` (e.g. ``http://host/sse``)."""
         _check_url(url)
         header_dict = dict(headers) if headers else None
 
-        async def open_sse(stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        async def open_sse(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
             streams: tuple[Any, Any] = await stack.enter_async_context(
                 sse_client(url, headers=header_dict, timeout=connect_timeout)
             )
@@ -434,6 +588,9 @@ class McpClient:
             connect_timeout=connect_timeout,
             reconnect=reconnect,
             reconnect_delays=reconnect_delays,
+            sampling_model=sampling_model,
+            sampling_approval=sampling_approval,
+            elicitation_handler=elicitation_handler,
         )
 
     # -- identity -------------------------------------------------------------------------------------
@@ -466,6 +623,12 @@ class McpClient:
         """The server's usage instructions from the handshake, if any."""
         conn = self._conn
         return conn.init.instructions if conn is not None and conn.init is not None else None
+
+    @property
+    def server_capabilities(self) -> mcp_types.ServerCapabilities | None:
+        """What the server offers (tools, resources, prompts, ...), from the handshake."""
+        conn = self._conn
+        return conn.init.capabilities if conn is not None and conn.init is not None else None
 
     @property
     def connected(self) -> bool:
@@ -509,43 +672,27 @@ class McpClient:
 
     async def _disconnect(self) -> None:
         """Close the current connection (and wait for replaced ones to finish closing)."""
+        loop = asyncio.get_running_loop()
+        reviving = [t for t in self._reviving if t.get_loop() is loop]
+        for task in reviving:
+            task.cancel()
+        if reviving:
+            await asyncio.wait(reviving, timeout=_CLOSE_TIMEOUT)
         conn, self._conn = self._conn, None
         if conn is not None:
             await self._retire(conn)
-        pending = [t for t in self._retiring if t.get_loop() is asyncio.get_running_loop()]
+        pending = [t for t in self._retiring if t.get_loop() is loop]
         if pending:
             await asyncio.wait(pending, timeout=_CLOSE_TIMEOUT)
 
-    # -- requests ---------------------------------------------------------------------------------------
+    # -- tools ------------------------------------------------------------------------------------------
     async def list_tools(self) -> list[mcp_types.Tool]:
         """All tools the server offers (every page)."""
-        tools: list[mcp_types.Tool] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(_MAX_PAGES):
-            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-
-            def send(session: ClientSession, params: Any = params) -> Awaitable[mcp_types.ListToolsResult]:
-                return session.list_tools(params=params)
-
-            try:
-                page: mcp_types.ListToolsResult = await self._request(send, "list its tools", idempotent=True)
-            except McpError:
-                raise
-            except Exception as exc:
-                raise McpError(
-                    f"MCP server {self.name!r} could not list its tools: {_describe_exc(exc)}", server=self.name
-                ) from exc
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                return tools
-            if cursor in seen:
-                raise McpError(
-                    f"MCP server {self.name!r} repeated the tools/list cursor {cursor!r}; stopping", server=self.name
-                )
-            seen.add(cursor)
-        raise McpError(f"MCP server {self.name!r} returned more than {_MAX_PAGES} pages of tools", server=self.name)
+        tools: list[mcp_types.Tool] = await self._list_all(
+            "tools", "tools/list", lambda session, params: session.list_tools(params=params)
+        )
+        self._tool_specs = {t.name: t for t in tools}
+        return tools
 
     async def call_tool(
         self,
@@ -554,23 +701,32 @@ class McpClient:
         *,
         timeout: float | None = _MISSING,
         progress: ProgressCallback | None = None,
+        idempotent: bool | None = None,
     ) -> mcp_types.CallToolResult:
         """Call a tool by its name on the server and return the SDK's result.
 
         `timeout` defaults to the client's (None: no limit); `progress` receives the server's
-        progress notifications. Raises `McpConnectionError` when the server cannot be reached or
-        the connection died during the call (``.restarted`` says whether it was reconnected since),
-        `McpError` for a protocol error or timeout. A tool that fails returns a result with
-        ``is_error=True``.
+        progress notifications. `idempotent` says whether the call may be sent again when the
+        connection dies under it (None: when the server annotated the tool read-only or
+        idempotent). Raises `McpCallLostError` when the connection died during a call that is not
+        re-sent, `McpConnectionError` when the server cannot be reached, `McpError` for a
+        protocol error or timeout. A tool that fails returns a result with ``is_error=True``.
         """
         read_timeout = self.timeout if timeout is _MISSING else timeout
         args = dict(arguments) if arguments is not None else None
+        if idempotent is None:
+            idempotent = _retry_safe(self._tool_specs.get(name))
 
         def send(session: ClientSession) -> Awaitable[mcp_types.CallToolResult]:
             return session.call_tool(name, args, read_timeout_seconds=read_timeout, progress_callback=progress)
 
+        call = current_mcp_call.get() or McpCall(tool=name)
+        token = id(call)
+        self._inflight[token] = call
         try:
-            result: mcp_types.CallToolResult = await self._request(send, f"run tool {name!r}", in_flight_is_lost=True)
+            result: mcp_types.CallToolResult = await self._request(
+                send, f"run tool {name!r}", method="tools/call", idempotent=idempotent, tool=name
+            )
             return result
         except MCPError as exc:
             if exc.code == mcp_types.REQUEST_TIMEOUT:
@@ -587,38 +743,174 @@ class McpClient:
                 f"MCP server {self.name!r} gave an unusable answer for tool {name!r}: {_describe_exc(exc)}",
                 server=self.name,
             ) from exc
+        finally:
+            self._inflight.pop(token, None)
+
+    # -- resources --------------------------------------------------------------------------------------
+    async def list_resources(self) -> list[mcp_types.Resource]:
+        """All resources the server lists (every page)."""
+        resources: list[mcp_types.Resource] = await self._list_all(
+            "resources", "resources/list", lambda session, params: session.list_resources(params=params)
+        )
+        return resources
+
+    async def list_resource_templates(self) -> list[mcp_types.ResourceTemplate]:
+        """All resource templates (URI patterns such as ``file:///{path}``) the server offers."""
+        templates: list[mcp_types.ResourceTemplate] = await self._list_all(
+            "resource_templates",
+            "resources/templates/list",
+            lambda session, params: session.list_resource_templates(params=params),
+        )
+        return templates
+
+    async def read_resource(self, uri: str) -> mcp_types.ReadResourceResult:
+        """Read one resource; its contents are text or base64 blobs."""
+        _check_uri(uri)
+
+        def send(session: ClientSession) -> Awaitable[mcp_types.ReadResourceResult]:
+            return session.read_resource(uri)
+
+        result: mcp_types.ReadResourceResult = await self._ask(send, f"read resource {uri!r}", "resources/read")
+        return result
+
+    async def resource_message(self, uri: str) -> Msg:
+        """A user message holding a resource's contents, to attach as context to an agent call."""
+        blocks = read_result_blocks(await self.read_resource(uri))
+        return Msg(role="user", content=blocks, metadata={"mcp_resource": uri, "mcp_server": self.name})
+
+    async def subscribe_resource(self, uri: str, on_update: ResourceCallback) -> None:
+        """Call ``on_update(uri)`` whenever the server says the resource changed.
+
+        The subscription is renewed on every new connection; `unsubscribe_resource` ends it.
+        """
+        _check_uri(uri)
+        if not callable(on_update):
+            raise UserError(f"subscribe_resource needs a callable on_update, not {on_update!r}")
+        await self._ensure()
+        caps = self.server_capabilities
+        if caps is None or caps.resources is None or not caps.resources.subscribe:
+            raise McpError(f"MCP server {self.name!r} does not support resource subscriptions", server=self.name)
+        first = uri not in self._subscriptions
+        self._subscriptions.setdefault(uri, []).append(on_update)
+        if not first:
+            return
+        try:
+            await self._ask(_subscribe(uri), f"subscribe to resource {uri!r}", "resources/subscribe")
+        except BaseException:
+            self._subscriptions.pop(uri, None)
+            raise
+
+    async def unsubscribe_resource(self, uri: str, on_update: ResourceCallback | None = None) -> None:
+        """Stop calling `on_update` (None: every callback) for `uri`; unsubscribes when none is left."""
+        callbacks = self._subscriptions.get(uri)
+        if callbacks is None:
+            return
+        if on_update is not None:
+            callbacks[:] = [c for c in callbacks if c != on_update]
+        if on_update is not None and callbacks:
+            return
+        del self._subscriptions[uri]
+        if self.connected:
+            await self._ask(_unsubscribe(uri), f"unsubscribe from resource {uri!r}", "resources/unsubscribe")
+
+    # -- prompts ----------------------------------------------------------------------------------------
+    async def list_prompts(self) -> list[mcp_types.Prompt]:
+        """All prompts (message templates) the server offers, with their arguments."""
+        prompts: list[mcp_types.Prompt] = await self._list_all(
+            "prompts", "prompts/list", lambda session, params: session.list_prompts(params=params)
+        )
+        return prompts
+
+    async def get_prompt(self, name: str, arguments: Mapping[str, Any] | None = None) -> list[Msg]:
+        """Fill in a prompt: its messages, ready to pass to ``agent.call`` (argument values become strings)."""
+        if not isinstance(name, str) or not name:
+            raise UserError(f"get_prompt needs a prompt name, not {name!r}")
+        args = {str(k): v if isinstance(v, str) else json.dumps(v, default=str) for k, v in (arguments or {}).items()}
+
+        def send(session: ClientSession) -> Awaitable[mcp_types.GetPromptResult]:
+            return session.get_prompt(name, args or None)
+
+        result: mcp_types.GetPromptResult = await self._ask(send, f"get prompt {name!r}", "prompts/get")
+        return prompt_messages(result)
+
+    # -- requests ---------------------------------------------------------------------------------------
+    async def _ask(self, send: Callable[[ClientSession], Awaitable[Any]], what: str, method: str) -> Any:
+        """An idempotent request, its failures as `McpError`."""
+        try:
+            return await self._request(send, what, method=method, idempotent=True)
+        except MCPError as exc:
+            raise McpError(
+                f"MCP server {self.name!r} could not {what}: {exc.message} (code {exc.code})", server=self.name
+            ) from None
+        except McpError:
+            raise
+        except Exception as exc:
+            raise McpError(
+                f"MCP server {self.name!r} could not {what}: {_describe_exc(exc)}", server=self.name
+            ) from exc
+
+    async def _list_all(
+        self, field: str, method: str, fetch: Callable[[ClientSession, mcp_types.PaginatedRequestParams | None], Any]
+    ) -> list[Any]:
+        """Every page of a listing (`field` names the list in each page)."""
+        items: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        kind = field.removesuffix("s").replace("_", " ")
+        for _ in range(_MAX_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+
+            def send(session: ClientSession, params: Any = params) -> Awaitable[Any]:
+                page: Awaitable[Any] = fetch(session, params)
+                return page
+
+            page = await self._ask(send, f"list its {kind}s", method)
+            items.extend(getattr(page, field))
+            cursor = page.next_cursor
+            if cursor is None:
+                return items
+            if cursor in seen:
+                raise McpError(
+                    f"MCP server {self.name!r} repeated the {method} cursor {cursor!r}; stopping", server=self.name
+                )
+            seen.add(cursor)
+        raise McpError(f"MCP server {self.name!r} returned more than {_MAX_PAGES} pages of {kind}s", server=self.name)
 
     async def _request(
         self,
         send: Callable[[ClientSession], Awaitable[Any]],
         what: str,
         *,
-        in_flight_is_lost: bool = False,
+        method: str,
         idempotent: bool = False,
+        tool: str = "",
     ) -> Any:
-        """Send one request over a live connection, reconnecting and retrying once when it never arrived.
+        """Send one request over a live connection, reconnecting and retrying once when that is safe.
 
-        An `idempotent` request (a listing) is also retried when the connection died under it.
+        Safe: the request certainly never reached the server, or it is `idempotent`. Otherwise a
+        request in flight when the connection died raises `McpCallLostError`.
         """
         retried = False
         while True:
             conn = await self._ensure()
             session = conn.session
             assert session is not None
+            attempt = _Attempt(method)
             try:
-                return await _run_child(send(session))
+                return await _run_child(_attempted(attempt, send(session)))
             except MCPError as exc:
-                verdict = await self._diagnose(conn, exc)
+                verdict = await self._diagnose(conn, exc, attempt)
                 if verdict == "ok":
                     raise  # a protocol-level error; the connection is fine
                 self._forget(conn)
-                if (verdict == "undelivered" or idempotent) and self.reconnect and not retried:
-                    retried = True
-                    logger.info("MCP server %r: %s; reconnecting to %s", self.name, exc.message, what)
-                    continue
+                reason = conn.stale or exc.message
                 if verdict == "undelivered" or idempotent:
+                    if self.reconnect and not retried:
+                        retried = True
+                        logger.info("MCP server %r: %s; reconnecting to %s", self.name, reason, what)
+                        continue
                     raise McpConnectionError(
-                        f"MCP server {self.name!r} could not be reached to {what}: {exc.message}", server=self.name
+                        f"MCP server {self.name!r} could not be reached to {what}: {reason}", server=self.name
                     ) from None
                 # The request was (or may have been) delivered: never re-send it.
                 restarted = False
@@ -626,27 +918,28 @@ class McpClient:
                     with contextlib.suppress(McpError):
                         await self._ensure()
                         restarted = True
-                if not in_flight_is_lost:
-                    raise McpConnectionError(
-                        f"the connection to MCP server {self.name!r} was lost while trying to {what}: {exc.message}",
-                        server=self.name,
-                    ) from None
-                raise _lost_error(self.name, what, restarted, exc.message) from None
+                raise _lost_error(self.name, what, restarted, reason, tool) from None
 
-    async def _diagnose(self, conn: _Connection, exc: MCPError) -> str:
+    async def _diagnose(self, conn: _Connection, exc: MCPError, attempt: _Attempt) -> str:
         """Classify a failed request: ``ok`` (the server answered), ``undelivered`` or ``lost``."""
-        if _is_expired_session(exc, self._transport):
-            return "undelivered"  # the server refused the stale session id before doing anything
-        if exc.code != mcp_types.CONNECTION_CLOSED:
-            return "ok"
-        if isinstance(exc.__context__, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
+        if attempt.rejected or (self._transport != "stdio" and _is_expired_session(exc)):
+            conn.mark_lost()
+            return "undelivered"  # the server refused the stale session before doing anything
+        closed = exc.code == mcp_types.CONNECTION_CLOSED
+        if closed and isinstance(exc.__context__, (anyio.BrokenResourceError, anyio.ClosedResourceError)):
             conn.mark_lost()
             return "undelivered"  # the SDK could not even write the request
+        if conn.stale is not None:
+            return "lost"  # the session died under the request (e.g. the server restarted)
+        if not closed:
+            return "ok"
         # Wait for the holder to finish so its error (why the transport died) is known.
         task = conn.task
         if task is not None and not task.done():
             conn.mark_lost()
             await asyncio.wait({task}, timeout=_DEATH_WAIT)
+        if attempt.rejected:
+            return "undelivered"
         if conn.error is not None and _is_connect_failure(conn.error):
             return "undelivered"
         return "lost"
@@ -694,6 +987,9 @@ class McpClient:
                 new = await self._open()
             else:
                 new = await self._reopen()
+            if self._closed:  # closed while connecting (e.g. by a background revival)
+                await self._retire(new)
+                raise McpConnectionError(f"MCP client for server {self.name!r} is closed", server=self.name)
             self._conn = new
             self._opened += 1
             return new
@@ -744,19 +1040,24 @@ class McpClient:
 
     async def _hold(self, conn: _Connection) -> None:
         """The holder task: enter the transport and the session, handshake, wait, exit (same task)."""
+        cancelled = False
+        inbound = self._inbound
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await self._opener(stack)
+                read, write = await self._opener(stack, conn)
                 session = await stack.enter_async_context(
                     ClientSession(
                         _WatchedReadStream(read, conn.mark_lost),
                         write,
+                        sampling_callback=inbound.sampling if inbound.samples else None,
+                        elicitation_callback=inbound.elicitation,
                         message_handler=self._on_message,
                         client_info=mcp_types.Implementation(name="agentrt", version=_version()),
                     )
                 )
                 with anyio.fail_after(self.connect_timeout):
                     conn.init = await session.initialize()
+                    await self._resubscribe(session)
                 conn.session = session
                 if not conn.ready.done():
                     conn.ready.set_result(None)
@@ -768,15 +1069,42 @@ class McpClient:
                 # The future's exception is retrieved by `_open`; mark it so a cancelled opener leaks no warning.
                 conn.ready.exception()
             if isinstance(exc, asyncio.CancelledError):
+                cancelled = True
                 raise
             if conn.ready.done() and conn.init is not None:
                 logger.info("MCP server %r: connection ended: %s", self.name, _describe_exc(exc))
         finally:
             conn.lost = True
             conn.closing.set()
+            if not cancelled and conn.session is not None and not conn.retired and self._subscriptions:
+                self._revive_soon(conn)
+
+    async def _resubscribe(self, session: ClientSession) -> None:
+        """Renew the resource subscriptions on a new session."""
+        for uri in list(self._subscriptions):
+            try:
+                await _subscribe(uri)(session)
+            except MCPError as exc:
+                logger.warning("MCP server %r: could not renew the subscription to %r: %s", self.name, uri, exc)
+
+    def _revive_soon(self, conn: _Connection) -> None:
+        """Reconnect in the background when a connection with subscriptions dies (updates resume)."""
+        if self._closed or not self.reconnect or self._conn is not conn:
+            return
+
+        async def revive() -> None:
+            try:
+                await self._ensure()
+            except McpError as exc:
+                logger.warning("MCP server %r: subscriptions paused until the next call: %s", self.name, exc)
+
+        task = conn.loop.create_task(revive(), name=f"mcp-{self.name}-revive", context=contextvars.Context())
+        self._reviving.add(task)
+        task.add_done_callback(self._reviving.discard)
 
     async def _retire(self, conn: _Connection) -> None:
         task = conn.task
+        conn.retired = True
         if conn.loop is not asyncio.get_running_loop():
             return  # made in an event loop that has ended; its tasks were cancelled with it
         conn.closing.set()
@@ -790,8 +1118,17 @@ class McpClient:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             logger.warning("MCP server %r: transport error: %s", self.name, _describe_exc(message))
-        else:
-            logger.debug("MCP server %r: notification %s", self.name, type(message).__name__)
+            return
+        logger.debug("MCP server %r: notification %s", self.name, type(message).__name__)
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            uri = message.params.uri
+            for callback in list(self._subscriptions.get(uri, ())):
+                try:
+                    outcome = callback(uri)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                except Exception:
+                    logger.exception("MCP server %r: resource update callback for %r failed", self.name, uri)
 
     def _startup_error(self, exc: BaseException | None) -> McpConnectionError:
         label = self.name
@@ -834,18 +1171,19 @@ class McpClient:
         return McpConnectionError(f"MCP server {label!r} {text}", server=label, retryable=retryable)
 
 
-def _lost_error(server: str, what: str, restarted: bool, detail: str) -> McpConnectionError:
+def _lost_error(server: str, what: str, restarted: bool, detail: str, tool: str) -> McpCallLostError:
     if restarted:
         text = (
-            f"MCP server {server!r} stopped while trying to {what} ({detail}); it has been restarted. "
-            "The call may or may not have taken effect: check, then call the tool again if needed."
+            f"MCP server {server!r} stopped or lost its session while trying to {what} ({detail}); the "
+            "connection has been restarted. The call may or may not have taken effect and was not sent "
+            "again: check, then call the tool again if needed."
         )
     else:
         text = (
-            f"MCP server {server!r} stopped while trying to {what} ({detail}) and could not be restarted yet. "
-            "The call may or may not have taken effect."
+            f"MCP server {server!r} stopped or lost its session while trying to {what} ({detail}) and could "
+            "not be restarted yet. The call may or may not have taken effect."
         )
-    return McpConnectionError(text, server=server, restarted=restarted)
+    return McpCallLostError(text, server=server, tool=tool, restarted=restarted)
 
 
 async def _run_child(awaitable: Awaitable[Any]) -> Any:
@@ -871,69 +1209,6 @@ def _consume(task: asyncio.Future[Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# results
-# --------------------------------------------------------------------------------------------------
-def result_to_block(result: mcp_types.CallToolResult, tool_name: str = "", *, server: str = "") -> ToolResultBlock:
-    """Turn an MCP ``CallToolResult`` into a `ToolResultBlock` (ids are filled in by the executor).
-
-    Text becomes `TextBlock`s, images and audio inline blocks, embedded resources text (or
-    media for image/audio blobs) with their URI noted, resource links a line of text, and
-    structured content JSON text when the result has no text. ``is_error`` gives an error result.
-    """
-    blocks: list[ContentBlock] = []
-    for item in result.content:
-        blocks.extend(_content_blocks(item))
-    structured = result.structured_content
-    if structured is not None and not any(isinstance(b, TextBlock) for b in blocks):
-        blocks.append(TextBlock(text=_json.dumps(_json.jsonable(structured))))
-    if result.is_error:
-        text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock)).strip()
-        where = f" on MCP server {server!r}" if server else ""
-        return ToolResultBlock(
-            id="", name=tool_name, output=text or f"Tool {tool_name!r}{where} reported an error.", state="error"
-        )
-    output: str | list[ContentBlock]
-    if not blocks:
-        output = "Done."
-    elif all(isinstance(b, TextBlock) for b in blocks):
-        output = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
-    else:
-        output = blocks
-    return ToolResultBlock(id="", name=tool_name, output=output, state="success")
-
-
-def _content_blocks(item: Any) -> Iterator[ContentBlock]:
-    if isinstance(item, mcp_types.TextContent):
-        yield TextBlock(text=item.text)
-    elif isinstance(item, mcp_types.ImageContent):
-        yield ImageBlock(source=Base64Source(media_type=item.mime_type, data=item.data))
-    elif isinstance(item, mcp_types.AudioContent):
-        yield AudioBlock(source=Base64Source(media_type=item.mime_type, data=item.data))
-    elif isinstance(item, mcp_types.EmbeddedResource):
-        res = item.resource
-        if isinstance(res, mcp_types.TextResourceContents):
-            yield TextBlock(text=f"[resource {res.uri}]\n{res.text}")
-            return
-        mime = res.mime_type or "application/octet-stream"
-        if mime.startswith("image/"):
-            yield TextBlock(text=f"[resource {res.uri} ({mime})]")
-            yield ImageBlock(source=Base64Source(media_type=mime, data=res.blob))
-        elif mime.startswith("audio/"):
-            yield TextBlock(text=f"[resource {res.uri} ({mime})]")
-            yield AudioBlock(source=Base64Source(media_type=mime, data=res.blob))
-        else:
-            size = len(res.blob) * 3 // 4
-            yield TextBlock(text=f"[resource {res.uri} ({mime}, about {size} bytes of binary data, not shown)]")
-    elif isinstance(item, mcp_types.ResourceLink):
-        about = f": {item.description}" if item.description else ""
-        yield TextBlock(text=f"[resource link {item.name} {item.uri}{about}]")
-    else:  # a content type newer than this code
-        dump = getattr(item, "model_dump", None)
-        data = dump(mode="json", by_alias=True, exclude_none=True) if callable(dump) else str(item)
-        yield TextBlock(text=_json.dumps(_json.jsonable(data)))
-
-
-# --------------------------------------------------------------------------------------------------
 # registration
 # --------------------------------------------------------------------------------------------------
 async def register_mcp(
@@ -945,8 +1220,13 @@ async def register_mcp(
     include: str | Iterable[str] | None = None,
     exclude: str | Iterable[str] | None = None,
     timeout: float | None = None,
+    resources: bool | None = None,
 ) -> list[Tool]:
-    """Register the tools of `client`'s server in `toolkit` (see `Toolkit.register_mcp`)."""
+    """Register the tools of `client`'s server in `toolkit` (see `Toolkit.register_mcp`).
+
+    `resources` adds the read-only tools ``list_resources`` and ``read_resource`` (named like the
+    server's tools); None adds them when the server lists resources or resource templates.
+    """
     if not isinstance(client, McpClient):
         raise UserError(f"register_mcp needs an McpClient, not {type(client).__name__!r}")
     if client.closed:
@@ -956,7 +1236,12 @@ async def register_mcp(
     opened_here = not client._owned_by_caller and not client.connected
     try:
         await client._ensure()
-        server_tools = await client.list_tools()
+        caps = client.server_capabilities
+        server_tools = await client.list_tools() if caps is None or caps.tools is not None else []
+        if resources is None:
+            resources = await _has_resources(client)
+        elif resources and caps is not None and caps.resources is None:
+            raise UserError(f"MCP server {client.name!r} offers no resources (resources=True)")
         tools = _build_tools(
             client,
             server_tools,
@@ -965,6 +1250,7 @@ async def register_mcp(
             include=include,
             exclude=exclude,
             timeout=client.timeout if timeout is None else timeout,
+            resources=resources,
         )
         taken = sorted(t.name for t in tools if t.name in toolkit)
         if taken:
@@ -1000,19 +1286,26 @@ def _build_tools(
     include: str | Iterable[str] | None,
     exclude: str | Iterable[str] | None,
     timeout: float | None,
+    resources: bool = False,
 ) -> list[Tool]:
     includes = _patterns(include)
     excludes = _patterns(exclude)
     server = client.name
+
+    def wanted(name: str) -> bool:
+        if includes is not None and not any(fnmatch.fnmatchcase(name, p) for p in includes):
+            return False
+        return not (excludes and any(fnmatch.fnmatchcase(name, p) for p in excludes))
+
+    def local(name: str) -> str:
+        return _tool_name(f"{prefix}{name}" if prefix is not None else f"mcp__{server}__{name}")
+
     tools: list[Tool] = []
     used: set[str] = set()
     for spec in server_tools:
-        if includes is not None and not any(fnmatch.fnmatchcase(spec.name, p) for p in includes):
+        if not wanted(spec.name):
             continue
-        if excludes and any(fnmatch.fnmatchcase(spec.name, p) for p in excludes):
-            continue
-        raw = f"{prefix}{spec.name}" if prefix is not None else f"mcp__{server}__{spec.name}"
-        name = _tool_name(raw)
+        name = local(spec.name)
         if name in used:
             base, n = name, 2
             while name in used:
@@ -1034,7 +1327,7 @@ def _build_tools(
             name,
             description or f"Tool {spec.name!r} of MCP server {server!r}.",
             parameters,
-            _make_handler(client, spec.name, name),
+            _make_handler(client, spec.name, name, retry_safe=read_only or idempotent),
             read_only=read_only,
             destructive=destructive,
             idempotent=idempotent,
@@ -1044,19 +1337,91 @@ def _build_tools(
         tool.mcp_client = client  # type: ignore[attr-defined]
         tool.mcp_tool = spec.name  # type: ignore[attr-defined]
         tools.append(tool)
+    if resources:
+        for kind in ("list_resources", "read_resource"):
+            name = local(kind)
+            if not wanted(kind) or name in used:
+                continue  # filtered out, or the server has a tool of that name
+            used.add(name)
+            tools.append(_resource_tool(client, kind, name, group=group, timeout=timeout))
     return tools
 
 
+async def _has_resources(client: McpClient) -> bool:
+    """Whether the server offers resources: some servers advertise the capability with none."""
+    caps = client.server_capabilities
+    if caps is None or caps.resources is None:
+        return False
+    try:
+        return bool(await client.list_resources() or await client.list_resource_templates())
+    except McpError as exc:
+        logger.debug("MCP server %r: cannot list resources: %s", client.name, exc)
+        return False
+
+
+_READ_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "uri": {"type": "string", "description": "The resource's URI (from list_resources, a template or a link)."}
+    },
+    "required": ["uri"],
+}
+
+
+def _resource_tool(client: McpClient, kind: str, name: str, *, group: str | None, timeout: float | None) -> Tool:
+    """The read-only ``list_resources`` or ``read_resource`` tool of a server."""
+    server = client.name
+
+    async def list_handler(args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
+        try:
+            found = await client.list_resources()
+        except McpError as exc:
+            raise ToolRetry(str(exc)) from None
+        try:
+            templates = await client.list_resource_templates()
+        except McpError:  # servers without templates may not know the method
+            templates = []
+        return listing_text(server, found, templates)
+
+    async def read_handler(args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
+        uri = args.get("uri")
+        if not isinstance(uri, str) or not uri:
+            raise ToolRetry("Give the URI of the resource to read, e.g. from list_resources.")
+        try:
+            result = await client.read_resource(uri)
+        except McpError as exc:
+            raise ToolRetry(str(exc)) from None
+        return ToolResultBlock(id="", name=name, output=block_output(read_result_blocks(result)))
+
+    if kind == "list_resources":
+        description = f"List the resources (and resource URI templates) of MCP server {server!r}."
+        schema: dict[str, Any] = {"type": "object", "properties": {}}
+        handler = list_handler
+    else:
+        description = (
+            f"Read a resource of MCP server {server!r} by its URI: one from list_resources, a filled-in "
+            "resource template, or a resource link in a tool result."
+        )
+        schema = dict(_READ_SCHEMA)
+        handler = read_handler
+    tool = Tool.from_handler(
+        name, description, schema, handler, read_only=True, idempotent=True, timeout=timeout, group=group
+    )
+    tool.mcp_client = client  # type: ignore[attr-defined]
+    tool.mcp_tool = None  # type: ignore[attr-defined]
+    return tool
+
+
 def _make_handler(
-    client: McpClient, mcp_name: str, tool_name: str
+    client: McpClient, mcp_name: str, tool_name: str, *, retry_safe: bool
 ) -> Callable[[Mapping[str, Any], RuntimeContext], Awaitable[Any]]:
     async def handler(args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
         from agentrt.agent._run import current_run
 
         run = current_run.get()
         progress: ProgressCallback | None = None
+        call_id = _call_id(run, tool_name, args) if run is not None else ""
         if run is not None and run.streaming:
-            call_id = _call_id(run, tool_name, args)
             server = client.name
 
             async def forward(progress: float, total: float | None, message: str | None) -> None:
@@ -1072,11 +1437,15 @@ def _make_handler(
 
             progress = forward
 
+        # Server requests during the call (sampling, elicitation) are attributed to it.
+        token = current_mcp_call.set(McpCall(tool=mcp_name, run=run, tool_call_id=call_id))
         try:
             # The executor enforces the tool's timeout (and cancels this call); no second clock here.
-            result = await client.call_tool(mcp_name, args, timeout=None, progress=progress)
+            result = await client.call_tool(mcp_name, args, timeout=None, progress=progress, idempotent=retry_safe)
         except McpError as exc:
             raise ToolRetry(str(exc)) from None
+        finally:
+            current_mcp_call.reset(token)
         return result_to_block(result, tool_name, server=client.name)
 
     return handler
@@ -1211,11 +1580,44 @@ def _is_connect_failure(exc: BaseException) -> bool:
     return any(isinstance(e, (httpx2.ConnectError, ConnectionRefusedError)) for e in _leaves(exc))
 
 
-def _is_expired_session(exc: MCPError, transport: str) -> bool:
-    if transport != "http" or exc.code != mcp_types.INVALID_REQUEST:
-        return False
-    text = exc.message.lower()
-    return "session" in text and any(w in text for w in ("not found", "terminated", "expired", "unknown"))
+def _is_expired_session(exc: MCPError) -> bool:
+    """A server's answer that it does not know the session (-32600 from the SDK, -32000 from servers)."""
+    return exc.code in (mcp_types.INVALID_REQUEST, -32000) and _is_stale_text(exc.message)
+
+
+def _is_stale_text(text: str) -> bool:
+    text = text.lower()
+    if "not initialized" in text or "not initialised" in text:
+        return True
+    return "session" in text and any(w in text for w in _STALE_WORDS)
+
+
+def _retry_safe(spec: mcp_types.Tool | None) -> bool:
+    """Whether a tool may be called again after a lost call: annotated read-only or idempotent."""
+    notes = spec.annotations if spec is not None else None
+    return bool(notes is not None and (notes.read_only_hint is True or notes.idempotent_hint is True))
+
+
+def _subscribe(uri: str) -> Callable[[ClientSession], Awaitable[mcp_types.EmptyResult]]:
+    # Sent directly: the SDK marks its subscribe_resource helper deprecated (2026-07-28 listen()).
+    def send(session: ClientSession) -> Awaitable[mcp_types.EmptyResult]:
+        request = mcp_types.SubscribeRequest(params=mcp_types.SubscribeRequestParams(uri=uri))
+        return session.send_request(request, mcp_types.EmptyResult)
+
+    return send
+
+
+def _unsubscribe(uri: str) -> Callable[[ClientSession], Awaitable[mcp_types.EmptyResult]]:
+    def send(session: ClientSession) -> Awaitable[mcp_types.EmptyResult]:
+        request = mcp_types.UnsubscribeRequest(params=mcp_types.UnsubscribeRequestParams(uri=uri))
+        return session.send_request(request, mcp_types.EmptyResult)
+
+    return send
+
+
+def _check_uri(uri: str) -> None:
+    if not isinstance(uri, str) or not uri:
+        raise UserError(f"an MCP resource URI must be a non-empty string, not {uri!r}")
 
 
 def _describe_exc(exc: BaseException | None) -> str:

@@ -120,19 +120,28 @@ class Toolkit:
         include: str | Collection[str] | None = None,
         exclude: str | Collection[str] | None = None,
         timeout: float | None = None,
+        resources: bool | None = None,
     ) -> list[Tool]:
         """Register the tools of an MCP server (an `agentrt.tool.mcp.McpClient`); returns them.
 
         Connects the client if needed and lists its tools. Names are ``mcp__<server>__<tool>``, or
         ``f"{prefix}{tool}"``; `include` / `exclude` filter the server's tool names (globs).
-        `timeout` overrides the client's per-call timeout (None: the client's). A client this call
-        connected is closed by `aclose`; one the caller connected (``async with client``) stays the
-        caller's. See docs/mcp.md.
+        `timeout` overrides the client's per-call timeout (None: the client's). `resources` adds
+        the read-only tools ``list_resources`` / ``read_resource`` (None: if the server has
+        resources). A client this call connected is closed by `aclose`; one the caller connected
+        (``async with client``) stays the caller's. See docs/mcp.md.
         """
         from agentrt.tool.mcp import register_mcp
 
         return await register_mcp(
-            self, client, group=group, prefix=prefix, include=include, exclude=exclude, timeout=timeout
+            self,
+            client,
+            group=group,
+            prefix=prefix,
+            include=include,
+            exclude=exclude,
+            timeout=timeout,
+            resources=resources,
         )
 
     def add_closer(self, closer: Callable[[], Any]) -> None:
