@@ -152,7 +152,7 @@ async def test_message_send_returns_the_completed_task_with_the_answer() -> None
     task = final_task(responses)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert get_message_text(task.status.message) == "It is sunny in Paris."
-    assert [get_artifact_text(a, "") for a in task.artifacts] == ["It is sunny in Paris."]
+    assert [get_artifact_text(a) for a in task.artifacts] == ["It is sunny in Paris."]
     state = await agent.get_state("alice", task.context_id)
     assert [m.text for m in state.messages] == ["Weather in Paris?", "It is sunny in Paris."]
 
@@ -197,6 +197,34 @@ async def test_message_stream_streams_text_artifacts_tool_activity_and_completes
     status = last_status(responses)
     assert status.state == TaskState.TASK_STATE_COMPLETED
     assert get_message_text(status.message) == "Sunny in Rome."
+
+
+async def test_stored_tasks_hold_each_text_block_whole_while_streams_keep_their_chunks() -> None:
+    steps = [
+        Msg(
+            role="assistant",
+            content=[
+                TextBlock(text="Let me check."),
+                ToolUseBlock(id="c1", name="get_weather", input={"city": "Oslo"}),
+            ],
+        ),
+        "You said: hello again",
+        "A second answer, also streamed word by word.",
+    ]
+    async with http_for(make_agent(ScriptedModel(steps))) as http:
+        streamed = await send(http, user_message(new_text_part("hello again")), streaming=True)
+        chunks = [r.artifact_update for r in streamed if r.HasField("artifact_update")]
+        assert len(chunks) > 4  # incremental: the streaming client keeps one update per chunk
+        assert [c.append for c in chunks].count(False) == 2  # each block starts one artifact
+        task = streamed[0].task
+        client = ClientFactory(ClientConfig(httpx_client=http)).create(await card_of(http))
+        stored = await client.get_task(GetTaskRequest(id=task.id))
+        assert [get_artifact_text(a) for a in stored.artifacts] == ["Let me check.", "You said: hello again"]
+        assert [len(a.parts) for a in stored.artifacts] == [1, 1]
+        again = user_message(new_text_part("more"), context_id=task.context_id)
+        unary = final_task(await send(http, again, streaming=False))
+    assert [get_artifact_text(a) for a in unary.artifacts] == ["A second answer, also streamed word by word."]
+    assert len(unary.artifacts[0].parts) == 1
 
 
 async def test_the_context_id_is_the_session_so_a_conversation_continues() -> None:

@@ -1,4 +1,5 @@
-"""``POST /v1/chat/completions``: in process, and with the official openai client against a real server."""
+"""``POST /v1/chat/completions`` in process (the official openai client against a real server process is in
+tests/integration/test_interop_clients.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 import httpx
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from server_agents import ALICE, parse_sse, served_process
+from server_agents import ALICE, parse_sse
 
+from agentrt import ToolResultBlock
+from agentrt.server.app import pending_calls
 from agentrt.state import InMemoryStateStore
 
 URL = "/v1/chat/completions"
@@ -134,6 +137,36 @@ async def test_external_tool_answered_by_a_tool_message(client: httpx.AsyncClien
     assert r.json()["choices"][0]["message"]["content"] == "done: lookup=rain [success]"
 
 
+UNKNOWN_TOOL = '{"error": "Unknown tool name: \'danger\'. No tools available."}'
+
+
+@pytest.mark.parametrize("answer", [UNKNOWN_TOOL, "This client cannot run tools."])
+async def test_a_tool_message_that_is_not_an_approval_denies_the_call_with_its_text(
+    client: httpx.AsyncClient, store: InMemoryStateStore, answer: str
+) -> None:
+    # What a generic framework (pydantic-ai) sends back for a tool call it does not know.
+    paused = (await complete(client, [user("danger prod")], "c1")).json()["choices"][0]["message"]
+    reply = {"role": "tool", "tool_call_id": "call-danger", "content": answer}
+    r = await complete(client, [user("danger prod"), paused, reply], "c1")
+    content = r.json()["choices"][0]["message"]["content"]
+    assert content == f"done: danger=The user denied this tool call. Reason: {answer} [denied]"  # the model saw it
+    state = await store.load("alice", "c1", agent="bot")
+    assert state is not None and pending_calls(state) == []
+    results = [b for m in state.messages for b in m.content if isinstance(b, ToolResultBlock)]
+    assert [(b.id, b.state) for b in results] == [("call-danger", "denied")]  # the tool never ran
+    r = await complete(client, [user("and now?")], "c1")  # the session takes new input again
+    assert r.json()["choices"][0]["message"]["content"].startswith("echo: and now?")
+
+
+async def test_a_malformed_json_approval_is_422_with_a_code(client: httpx.AsyncClient) -> None:
+    await complete(client, [user("danger prod")], "c1")
+    bad = {"role": "tool", "tool_call_id": "call-danger", "content": '{"confirmed": "maybe"}'}
+    r = await client.post(URL, json={"model": "bot", "messages": [bad]}, headers={**ALICE, "X-Session-Id": "c1"})
+    assert r.status_code == 422
+    assert r.json()["error"]["code"] == "invalid_confirmation"
+    assert r.json()["error"]["param"] == "messages.0.content"
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [
@@ -143,62 +176,17 @@ async def test_external_tool_answered_by_a_tool_message(client: httpx.AsyncClien
         ({"model": "bot", "messages": [{"role": "wizard", "content": "x"}]}, 422),
         ({"model": "bot", "messages": [{"role": "assistant", "content": "x"}]}, 422),
         ({"model": "bot", "messages": [{"role": "user", "content": "x"}], "n": 2}, 422),
+        ({"model": "bot", "messages": [{"role": "tool", "content": "x"}, {"role": "user", "content": "x"}]}, 422),
     ],
 )
 async def test_bad_requests(client: httpx.AsyncClient, body: Any, status: int) -> None:
     r = await client.post(URL, json=body, headers=ALICE)
     assert r.status_code == status, r.text
-    assert set(r.json()["error"]) >= {"message", "type", "code"}
+    error = r.json()["error"]
+    assert set(error) >= {"message", "type", "code", "param"}
+    assert isinstance(error["code"], str) and error["code"]
 
 
 async def test_sampling_fields_are_accepted(client: httpx.AsyncClient) -> None:
     r = await complete(client, [user("hi")], "c1", temperature=0.2, max_tokens=10, tools=[], seed=1)
     assert r.json()["choices"][0]["message"]["content"] == "echo: hi (turn 1)"
-
-
-def test_official_openai_client_against_a_real_server() -> None:
-    import asyncio
-
-    import openai
-
-    with served_process() as (url, _):
-
-        async def go() -> None:
-            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="key-alice", max_retries=0)
-            session = {"X-Session-Id": "oa-1"}
-            c = await client.chat.completions.create(
-                model="bot", messages=[{"role": "user", "content": "hello"}], extra_headers=session
-            )
-            assert c.choices[0].message.content == "echo: hello (turn 1)"
-            assert c.choices[0].finish_reason == "stop"
-            stream = await client.chat.completions.create(
-                model="bot",
-                messages=[{"role": "user", "content": "again"}],
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_headers=session,
-            )
-            parts = [chunk async for chunk in stream]
-            text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
-            assert text == "echo: again (turn 2)"
-            assert parts[-1].usage is not None
-            paused = await client.chat.completions.create(
-                model="bot", messages=[{"role": "user", "content": "danger x"}], extra_headers=session
-            )
-            assert paused.choices[0].finish_reason == "tool_calls"
-            call = paused.choices[0].message.tool_calls[0]
-            done = await client.chat.completions.create(
-                model="bot",
-                messages=[{"role": "tool", "tool_call_id": call.id, "content": "approve"}],
-                extra_headers=session,
-            )
-            assert done.choices[0].message.content == "done: danger=did x [success]"
-            with pytest.raises(openai.NotFoundError):
-                await client.chat.completions.create(model="ghost", messages=[{"role": "user", "content": "x"}])
-            bad = openai.AsyncOpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
-            with pytest.raises(openai.AuthenticationError):
-                await bad.chat.completions.create(model="bot", messages=[{"role": "user", "content": "x"}])
-            await client.close()
-            await bad.close()
-
-        asyncio.run(go())

@@ -291,9 +291,9 @@ class ErrorBody(BaseModel):
     """An error."""
 
     type: str
-    code: str | None = None
+    code: str = Field(min_length=1, description="Never null: a stable identifier clients can branch on.")
     message: str
-    param: str | None = None
+    param: str | None
     details: list[dict[str, Any]] | None = None
 
 

@@ -85,6 +85,7 @@ from agentrt.server.app import ServerContext, pending_calls
 __all__ = [
     "DATA_KEY",
     "SECURITY_SCHEME",
+    "TEXT_ARTIFACT",
     "AgentrtExecutor",
     "build_agent_card",
     "openapi_paths",
@@ -101,6 +102,8 @@ MAX_TASKS = 10_000
 """Tasks kept per agent by the in-memory task store before the oldest (finished ones first) are dropped."""
 MAX_TOOL_OUTPUT = 4000
 """Characters of a tool's output shown in a task's progress update (the session keeps all of it)."""
+TEXT_ARTIFACT = "text"
+"""Name of the artifacts that carry the reply's text blocks (one per block)."""
 
 _SCOPE_USER = "agentrt.user_id"
 _APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
@@ -339,7 +342,13 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
 
 
 class _BoundedTaskStore(InMemoryTaskStore):
-    """`InMemoryTaskStore` that forgets the oldest tasks (finished ones first) beyond `max_tasks`."""
+    """`InMemoryTaskStore` that forgets the oldest tasks (finished ones first) beyond `max_tasks`.
+
+    It also keeps one text part per text artifact: streamed chunks arrive as appended parts, which
+    the SDK adds one by one to the task; joined here, ``GetTask`` and unary ``SendMessage`` return
+    the text whole (``get_artifact_text`` gives it back unchanged) while streaming clients still get
+    every chunk.
+    """
 
     def __init__(self, max_tasks: int) -> None:
         super().__init__()
@@ -347,6 +356,8 @@ class _BoundedTaskStore(InMemoryTaskStore):
         self._order: OrderedDict[tuple[str, str], bool] = OrderedDict()
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
+        # In place: the task is the SDK's working copy too, so only the newest chunk is joined each time.
+        _join_text_parts(task)
         await super().save(task, context)
         key = (context.user.user_name, task.id)
         self._order[key] = task.status.state in _FINISHED
@@ -363,6 +374,16 @@ class _BoundedTaskStore(InMemoryTaskStore):
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         self._order.pop((context.user.user_name, task_id), None)
         await super().delete(task_id, context)
+
+
+def _join_text_parts(task: Task) -> None:
+    """Join the text parts of each text artifact of `task` into one part."""
+    for artifact in task.artifacts:
+        parts = artifact.parts
+        if len(parts) > 1 and artifact.name == TEXT_ARTIFACT and all(p.HasField("text") for p in parts):
+            text = "".join(p.text for p in parts)
+            del parts[1:]
+            parts[0].text = text
 
 
 _FINISHED = frozenset(
@@ -575,9 +596,10 @@ def _call_dict(call: Mapping[str, Any]) -> dict[str, Any]:
 class _Publisher:
     """Turns one call's agentrt events into A2A task updates.
 
-    Text streams as artifacts (one per text block, its deltas appended as text parts); tool calls
-    and results as ``working`` status updates with a data part; the end as ``completed`` (the reply
-    as the status message), ``input-required``, or ``canceled``.
+    Text streams as artifacts (one per text block, its deltas appended as text parts, which the
+    task store joins into one); tool calls and results as ``working`` status updates with a data
+    part; the end as ``completed`` (the reply as the status message), ``input-required``, or
+    ``canceled``.
     """
 
     __slots__ = (
@@ -643,7 +665,7 @@ class _Publisher:
         await self.updater.add_artifact(
             [new_text_part(text)],
             artifact_id=self._block,
-            name="text",
+            name=TEXT_ARTIFACT,
             append=not self._first,
             last_chunk=last,
         )

@@ -15,10 +15,13 @@ separated by a blank line), identical with and without streaming.
 Approvals and external tools: a paused run answers with ``finish_reason: "tool_calls"``, the
 waiting calls in ``message.tool_calls`` and a readable note in ``content``. The next request
 answers them with ``role: "tool"`` messages (``tool_call_id`` + ``content``): for an approval the
-content is ``approve`` / ``deny`` (or JSON ``{"confirmed": true, "input": {...}, "rules": [...]}``),
-for an external tool it is the result. A plain user message answers every pending approval:
-``approve``/``yes`` approves, ``deny``/``no`` denies, anything else denies and passes the text on
-to the agent.
+content is ``approve`` / ``deny`` (or JSON ``{"confirmed": true, "input": {...}, "rules": [...]}``);
+any other content (a generic framework's own tool output, an error text) **denies** the call with
+that text as the reason the model sees. For an external tool the content is the result. A plain
+user message answers every pending approval: ``approve``/``yes`` approves, ``deny``/``no`` denies,
+anything else denies and passes the text on to the agent.
+
+``GET /v1/models`` lists the served agents as models (``GET /v1/models/{id}`` one of them).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ if TYPE_CHECKING:
 __all__ = ["openapi_paths", "routes"]
 
 PATH = "/v1/chat/completions"
+MODELS_PATH = "/v1/models"
+OWNED_BY = "agentrt"
+"""``owned_by`` of every listed model (an agent served here)."""
 _APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "okay", "allow", "confirm", "confirmed"})
 _DENY = frozenset({"deny", "denied", "no", "n", "reject", "rejected", "refuse", "cancel"})
 _FINISH = {
@@ -72,17 +78,92 @@ _FINISH = {
 
 
 def routes(server: ServerContext) -> list[BaseRoute]:
-    """The facade's routes."""
+    """The facade's routes: chat completions and the model list."""
+    created = int(time.time())
 
     async def endpoint(request: Request) -> Response:
         return await chat_completions(server, request)
 
-    return [Route(PATH, endpoint, methods=["POST"])]
+    async def list_models(request: Request) -> Response:
+        server.authenticate(request)
+        return json_response({"object": "list", "data": [_model(name, created) for name in server.agents]})
+
+    async def retrieve_model(request: Request) -> Response:
+        server.authenticate(request)
+        name = request.path_params["model"]
+        if name not in server.agents:
+            shown = name if len(name) <= 100 else name[:100] + "..."
+            raise ApiError(404, f"The model {shown!r} does not exist", code="model_not_found", param="model")
+        return json_response(_model(name, created))
+
+    return [
+        Route(PATH, endpoint, methods=["POST"]),
+        Route(MODELS_PATH, list_models, methods=["GET"]),
+        Route(MODELS_PATH + "/{model:path}", retrieve_model, methods=["GET"]),
+    ]
+
+
+def _model(name: str, created: int) -> dict[str, Any]:
+    """An agent as an OpenAI ``Model`` object."""
+    return {"id": name, "object": "model", "created": created, "owned_by": OWNED_BY}
+
+
+_MODEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A served agent, as an OpenAI `Model`.",
+    "required": ["id", "object", "created", "owned_by"],
+    "properties": {
+        "id": {"type": "string", "description": "The agent's name (the `model` of chat completions)."},
+        "object": {"type": "string", "enum": ["model"]},
+        "created": {"type": "integer", "description": "When the app was built (Unix seconds)."},
+        "owned_by": {"type": "string", "enum": [OWNED_BY]},
+    },
+}
 
 
 def openapi_paths(server: ServerContext) -> dict[str, Any]:
     """The facade's part of the OpenAPI document."""
     return {
+        MODELS_PATH: {
+            "get": {
+                "operationId": "listModels",
+                "summary": "OpenAI-compatible model list: the served agents",
+                "responses": {
+                    "200": {
+                        "description": "The agents, as OpenAI `Model` objects.",
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["object", "data"],
+                                    "properties": {
+                                        "object": {"type": "string", "enum": ["list"]},
+                                        "data": {"type": "array", "items": _MODEL_SCHEMA},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    **error_responses(401, 429),
+                },
+            }
+        },
+        MODELS_PATH + "/{model}": {
+            "get": {
+                "operationId": "retrieveModel",
+                "summary": "One served agent, as an OpenAI `Model`",
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The agent, as an OpenAI `Model`.",
+                        "content": {"application/json": {"schema": _MODEL_SCHEMA}},
+                    },
+                    **error_responses(401, 404, 429),
+                },
+            }
+        },
         PATH: {
             "post": {
                 "operationId": "createChatCompletion",
@@ -120,7 +201,7 @@ def openapi_paths(server: ServerContext) -> dict[str, Any]:
                     **error_responses(400, 401, 404, 409, 413, 422, 429, 502, 503, 504),
                 },
             }
-        }
+        },
     }
 
 
@@ -208,7 +289,12 @@ def _to_msg(message: ChatMessage, index: int) -> Msg | None:
         return Msg(role="assistant", content=blocks, name=message.name)
     if role == "tool":
         if not message.tool_call_id:
-            raise ApiError(422, f"messages.{index}: a tool message needs tool_call_id", param=f"messages.{index}")
+            raise ApiError(
+                422,
+                f"messages.{index}: a tool message needs tool_call_id",
+                code="invalid_messages",
+                param=f"messages.{index}",
+            )
         return Msg(
             role="user",
             content=[ToolResultBlock(id=message.tool_call_id, name=message.name or "", output=_text_of(message))],
@@ -274,7 +360,9 @@ def _answers(messages: Sequence[ChatMessage], pending: list[dict[str, Any]]) -> 
         return Msg(role="user", content=results, metadata={META_CONFIRM_RESULTS: confirms} if confirms else {})
     last = messages[-1]
     if last.role != "user":
-        raise ApiError(422, "answer the pending tool calls with tool messages or a user message", code="not_pending")
+        raise ApiError(
+            422, "answer the pending tool calls with tool messages or a user message", code="invalid_messages"
+        )
     if any(c["kind"] == "external" for c in pending):
         waiting = ", ".join(f"{c['name']} ({c['id']})" for c in pending if c["kind"] == "external")
         raise ApiError(
@@ -299,26 +387,29 @@ def _word(text: str) -> str:
 
 
 def _confirmation(entry: Mapping[str, Any], text: str, index: int) -> ConfirmResult:
+    """The answer a tool message gives to a pending approval.
+
+    ``approve``/``deny`` (and their synonyms) or JSON with ``confirmed`` decide it; anything else is
+    a denial carrying the text as its reason, so a generic client that answers the call with its
+    own tool output (e.g. "Unknown tool name") gets past the approval instead of a 422 forever.
+    """
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
             data = _json.loads(stripped)
         except ValueError:
             data = None
-        if isinstance(data, dict):
+        if isinstance(data, dict) and "confirmed" in data:
             try:
                 return ConfirmResult.coerce({**data, "tool_call_id": entry["id"], "name": entry["name"]})
             except (UserError, ValueError, TypeError, KeyError) as exc:
-                raise ApiError(422, f"messages.{index}: {exc}", param=f"messages.{index}.content") from None
+                raise ApiError(
+                    422, f"messages.{index}: {exc}", code="invalid_confirmation", param=f"messages.{index}.content"
+                ) from None
     word = _word(stripped)
     if word in _APPROVE or word in _DENY:
         return ConfirmResult(confirmed=word in _APPROVE, tool_call=entry["id"])
-    raise ApiError(
-        422,
-        f"messages.{index}: answer the approval of {entry['name']} ({entry['id']}) with 'approve' or 'deny', "
-        'or JSON {"confirmed": true|false, "input": {...}}',
-        param=f"messages.{index}.content",
-    )
+    return ConfirmResult(confirmed=False, tool_call=entry["id"], reason=stripped)
 
 
 # -- agent events -> completion --------------------------------------------------------------------------------------
