@@ -106,7 +106,7 @@ def test_msg_tool_results_and_msg_user_refuse_non_text_content() -> None:
     block = ToolResultBlock(id="c1", name="t", output="x")
     msg = Msg.tool_results([block])
     assert msg.role == "user" and msg.content == [block]
-    with pytest.raises(InvalidTypeError, match="Msg.tool_results"):
+    with pytest.raises(InvalidTypeError, match=r"Msg\.tool_results"):
         Msg.user([block])  # type: ignore[arg-type]
     with pytest.raises(InvalidTypeError):
         Msg.tool_results(["not a block"])  # type: ignore[list-item]
