@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrt.memory import ContextConfig, SqliteLongTermMemory
-from agentrt.memory.context import ContextCompressor
+from agentrt.memory.compression import ContextCompressor
 from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.model import ScriptedModel, tokens
 from agentrt.state.base import AgentState

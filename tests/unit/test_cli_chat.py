@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from agentrt import RuntimeContext, Toolkit
-from agentrt._cli_chat import (
+from agentrt.cli.chat import (
     ChatRenderer,
     _parse_options,
     build_agent,

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from agentrt import Msg, RuntimeContext
-from agentrt._demo import DEFAULT_QUESTION, HELP_ANSWER, build_demo_agent, plan_tool_call, run_demo
+from agentrt.cli.demo import DEFAULT_QUESTION, HELP_ANSWER, build_demo_agent, plan_tool_call, run_demo
 from agentrt.state import InMemoryStateStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from agentrt.tool.toolkit import Toolkit
 
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentInput
-    from agentrt.memory.context import ContextCompressor, ContextConfig
+    from agentrt.memory.compression import ContextCompressor, ContextConfig
     from agentrt.memory.long_term import LongTermMemory, MemoryItem
 
 __all__ = ["MemoryMode", "ReActAgent"]
@@ -187,7 +187,7 @@ class ReActAgent(AgentBase):
         self.context_config = context
         if context is not None:
             # Imported only when configured: `import agentrt` never loads the memory package.
-            from agentrt.memory.context import ContextCompressor, ContextConfig
+            from agentrt.memory.compression import ContextCompressor, ContextConfig
 
             if not isinstance(context, ContextConfig):
                 raise UserError(f"context must be an agentrt.memory.ContextConfig, not {type(context).__name__!r}")
@@ -285,7 +285,7 @@ class ReActAgent(AgentBase):
             return self._context
         compressor = self._manual_compressor
         if compressor is None:
-            from agentrt.memory.context import ContextCompressor
+            from agentrt.memory.compression import ContextCompressor
 
             compressor = self._manual_compressor = ContextCompressor()
         return compressor

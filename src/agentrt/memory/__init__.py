@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentrt.memory.context import ContextCompressor, ContextConfig
+from agentrt.memory.compression import ContextCompressor, ContextConfig
 from agentrt.memory.long_term import LongTermMemory, MemoryItem, format_memories
-from agentrt.memory.sqlite_memory import SqliteLongTermMemory
+from agentrt.memory.stores.sqlite import SqliteLongTermMemory
 
 if TYPE_CHECKING:
     from agentrt.memory.embeddings import OpenAIEmbeddings
-    from agentrt.memory.postgres_memory import PostgresLongTermMemory
+    from agentrt.memory.stores.postgres import PostgresLongTermMemory
 
 __all__ = [
     "ContextCompressor",
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "PostgresLongTermMemory": "agentrt.memory.postgres_memory",
+    "PostgresLongTermMemory": "agentrt.memory.stores.postgres",
     "OpenAIEmbeddings": "agentrt.memory.embeddings",
 }
 

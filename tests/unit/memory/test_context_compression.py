@@ -16,7 +16,7 @@ from agentrt import Middleware, Msg, ReActAgent, RuntimeContext, Toolkit, ToolRe
 from agentrt import events as ev
 from agentrt.errors import ContextWindowExceededError, UserError
 from agentrt.memory import ContextConfig
-from agentrt.memory.context import META_KEY, SUMMARY_PROMPT, ContextCompressor
+from agentrt.memory.compression import META_KEY, SUMMARY_PROMPT, ContextCompressor
 from agentrt.message import TokenUsage
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.model.tokens import count_tokens

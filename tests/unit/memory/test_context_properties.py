@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from memtest_helpers import FakeRun, check_prompt
 
-from agentrt.memory.context import ContextCompressor, ContextConfig, is_round_start_safe, round_starts
+from agentrt.memory.compression import ContextCompressor, ContextConfig, is_round_start_safe, round_starts
 from agentrt.message import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from agentrt.model import ModelRequest, ScriptedModel
 

@@ -10,7 +10,7 @@ from memtest_helpers import FakeRun
 
 from agentrt import Msg, ReActAgent, RuntimeContext
 from agentrt.memory import ContextConfig
-from agentrt.memory.context import META_KEY, ContextCompressor
+from agentrt.memory.compression import META_KEY, ContextCompressor
 from agentrt.message import ToolResultBlock, ToolUseBlock
 from agentrt.model import ScriptedModel
 from agentrt.model.base import ToolSchema

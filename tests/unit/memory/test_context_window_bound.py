@@ -36,7 +36,7 @@ from agentrt import (
 from agentrt import events as ev
 from agentrt.errors import ContextWindowExceededError
 from agentrt.memory import ContextConfig
-from agentrt.memory.context import render_summary
+from agentrt.memory.compression import render_summary
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.model.tokens import TokenCounter, count_tokens, estimate_text_tokens
 from agentrt.state import InMemoryStateStore

@@ -36,15 +36,7 @@ revision + 1 WHERE ... AND revision = :expected`` (no matching row: `StateConfli
 insert of the new message rows only, and the rewrite of ``doc`` only if fields changed. A first
 append (expected revision 0) inserts the session row; losing that race is a conflict too.
 
-`session_lock` takes the in-process FIFO lock, then a database lock on a dedicated connection held
-for the duration: ``pg_try_advisory_lock`` on PostgreSQL, ``GET_LOCK`` on MySQL/MariaDB, polled
-with jittered backoff (2 ms doubling up to ``lock_poll``) until the timeout (`SessionBusyError`).
-The server releases the lock when that connection dies, so a crashed process never keeps a session
-locked. A waiting process first takes the session's second, "want" lock, and a process can only
-take the session lock while nobody else holds that, so contending processes take turns instead of
-one process re-acquiring ahead of the others. Lock connections come from a pool of their own
-(``pool_size`` + 2 x ``pool_size`` overflow): a holder keeps one for the whole call, and must never
-starve the reads and writes it is waiting on.
+`session_lock` holds a database lock per session across processes (`agentrt.state.sql_lock`).
 """
 
 from __future__ import annotations
@@ -65,7 +57,7 @@ from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentrt import _json
-from agentrt.errors import AgentrtError, SessionBusyError, StateConflictError, StateStoreError, UserError
+from agentrt.errors import AgentrtError, StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import (
     STATE_FIELDS,
@@ -76,7 +68,8 @@ from agentrt.state.base import (
     check_expected_revision,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
-from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+from agentrt.state.locks import LocalSessionLocks
+from agentrt.state.sql_lock import SqlLocks, SqlSessionLock, discard_connection, mysql_lock_name, pg_lock_key
 
 __all__ = ["SqlSessionLock", "SqlStateStore"]
 
@@ -91,31 +84,7 @@ _PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _ASYNC_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "mysql": ("asyncmy", "aiomysql")}
 _CONNECT_TIMEOUT = 10
 _ATTEMPTS = 4  # a transaction the database rolled back as a deadlock victim is retried this often
-_MIN_POLL = 0.002
 _DDL_LOCK_WAIT = 60
-_CHECKOUT_GRACE = 1.0
-
-# lock poll results: 1 = acquired, 2 = first in line (holding the "want" lock), 0 = someone else is first in line
-_PG_TRY = (
-    "SELECT CASE WHEN pg_try_advisory_lock(:want) THEN"
-    " CASE WHEN pg_try_advisory_lock(:main) THEN CASE WHEN pg_advisory_unlock(:want) THEN 1 ELSE 1 END ELSE 2 END"
-    " ELSE 0 END"
-)
-_PG_TRY_IN_LINE = (
-    "SELECT CASE WHEN pg_try_advisory_lock(:main) THEN CASE WHEN pg_advisory_unlock(:want) THEN 1 ELSE 1 END ELSE 2 END"
-)
-_PG_UNLOCK = "SELECT pg_advisory_unlock(:main)"
-_PG_UNLOCK_WANT = "SELECT pg_advisory_unlock(:want)"
-_MY_TRY = (
-    "SELECT CASE WHEN GET_LOCK(:want, 0) = 1 THEN"
-    " CASE WHEN GET_LOCK(:main, 0) = 1 THEN CASE WHEN RELEASE_LOCK(:want) = 1 THEN 1 ELSE 1 END ELSE 2 END"
-    " ELSE 0 END"
-)
-_MY_TRY_IN_LINE = (
-    "SELECT CASE WHEN GET_LOCK(:main, 0) = 1 THEN CASE WHEN RELEASE_LOCK(:want) = 1 THEN 1 ELSE 1 END ELSE 2 END"
-)
-_MY_UNLOCK = "SELECT RELEASE_LOCK(:main)"
-_MY_UNLOCK_WANT = "SELECT RELEASE_LOCK(:want)"
 
 
 class _Key(sa.types.TypeDecorator[str]):
@@ -195,10 +164,6 @@ def _key(value: str, what: str, chars: int = _KEY_CHARS) -> tuple[str, str | Non
 
 def _agent_key(agent: str) -> tuple[str, str | None]:
     return _key(check_agent(agent), "agent", _AGENT_CHARS)
-
-
-def _digest(*parts: str) -> bytes:
-    return hashlib.sha256(_json.dumps_bytes(list(parts))).digest()
 
 
 class _Keys:
@@ -305,6 +270,16 @@ class SqlStateStore(BaseStateStore):
                 f"SqlStateStore supports PostgreSQL and MySQL/MariaDB, not {backend!r} ({self._where})"
             )
         self._metadata, self._sessions, self._messages = _define_tables(table_prefix)
+        self._db_locks = SqlLocks(
+            self._lock_engine,
+            shared=self._lock_engine is self._engine,
+            pg=self._pg,
+            database=self._url.database or "",
+            prefix=table_prefix,
+            poll=self._lock_poll,
+            check_open=self._check_open,
+            error=self._error,
+        )
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -471,7 +446,7 @@ class SqlStateStore(BaseStateStore):
         _agent_key(agent)
         _key(user_id, "user_id")
         _key(session_id, "session_id")
-        return SqlSessionLock(self._local, user_id, session_id, timeout, store=self, agent=agent)
+        return SqlSessionLock(self._local, user_id, session_id, timeout, locks=self._db_locks, agent=agent)
 
     # -- the legacy namespace ------------------------------------------------------------------
 
@@ -731,12 +706,10 @@ class SqlStateStore(BaseStateStore):
 
     async def _create_tables(self) -> None:
         # a database-wide lock keeps processes starting together from racing on CREATE TABLE
-        name = self._lock_name("ddl", self._prefix)
+        name = mysql_lock_name(self._url.database or "", "ddl", self._prefix)
         async with self._engine.connect() as conn:
             if self._pg:
-                await conn.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": self._pg_key("ddl", self._prefix)}
-                )
+                await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": pg_lock_key("ddl", self._prefix)})
                 await conn.run_sync(self._metadata.create_all, checkfirst=True)
                 await self._add_agent_column(conn)
                 await conn.commit()
@@ -752,7 +725,7 @@ class SqlStateStore(BaseStateStore):
                 try:
                     await conn.execute(sa.text("SELECT RELEASE_LOCK(:n)"), {"n": name})
                 except BaseException:
-                    await _discard(conn)  # closing the connection frees the lock
+                    await discard_connection(conn)  # closing the connection frees the lock
                     raise
 
     async def _add_agent_column(self, conn: AsyncConnection) -> None:
@@ -814,206 +787,8 @@ class SqlStateStore(BaseStateStore):
             reason = reason.replace(str(password), "***")
         return StateStoreError(f"SQL state store: {what} failed on {self._where}: {reason}")
 
-    # -- session locks -------------------------------------------------------------------------
-
-    def _pg_key(self, *parts: str) -> int:
-        return int.from_bytes(_digest("agentrt", *parts)[:8], "big", signed=True)
-
-    def _lock_name(self, *parts: str) -> str:
-        # GET_LOCK names are server-wide (not per database) and at most 64 characters
-        return "agentrt:" + _digest(self._url.database or "", *parts).hex()[:48]
-
     def _lock_params(self, agent: str, user_id: str, session_id: str) -> dict[str, Any]:
-        # the legacy agent "" keeps the lock names of earlier versions
-        ids = (agent, user_id, session_id) if agent else (user_id, session_id)
-        if self._pg:
-            return {"main": self._pg_key("lock", self._prefix, *ids), "want": self._pg_key("want", self._prefix, *ids)}
-        return {
-            "main": self._lock_name("lock", self._prefix, *ids),
-            "want": self._lock_name("want", self._prefix, *ids),
-        }
-
-    async def _lock_connection(self, deadline: float | None, timeout: float | None, describe: str) -> AsyncConnection:
-        self._check_open()
-        try:
-            if deadline is None:
-                conn = await self._lock_engine.connect()
-            else:
-                # getting a connection is not waiting for the lock, but waiting for a pool exhausted
-                # by other holders is: bounded by the timeout, plus a grace for connecting
-                scope = asyncio.timeout_at(deadline + _CHECKOUT_GRACE)
-                try:
-                    async with scope:
-                        conn = await self._lock_engine.connect()
-                except TimeoutError:
-                    if not scope.expired():
-                        raise  # the driver's own connect timeout: the database is unreachable
-                    raise SessionBusyError(
-                        f"{describe} is busy: no session-lock connection came free within {timeout:g} s "
-                        "(more sessions are locked at once than the lock pool holds; raise pool_size)"
-                    ) from None
-        except (sa_exc.SQLAlchemyError, OSError) as exc:
-            raise self._error("session lock", exc) from exc
-        if self._lock_engine is self._engine:  # a caller's engine: no transaction may stay open
-            try:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-            except BaseException as exc:
-                await _discard(conn)
-                if isinstance(exc, (sa_exc.SQLAlchemyError, OSError)):
-                    raise self._error("session lock", exc) from exc
-                raise
-        return conn
-
-    async def _acquire_lock(
-        self, params: dict[str, Any], deadline: float | None, timeout: float | None, describe: str
-    ) -> AsyncConnection:
-        loop = asyncio.get_running_loop()
-        conn = await self._lock_connection(deadline, timeout, describe)
-        try_first, try_in_line = (_PG_TRY, _PG_TRY_IN_LINE) if self._pg else (_MY_TRY, _MY_TRY_IN_LINE)
-        in_line = False  # we hold the "want" lock: the holder's process may not take the lock back before us
-        unsure = False  # a statement was interrupted: the connection may hold locks we do not know of
-        delay = min(_MIN_POLL, self._lock_poll)
-        try:
-            while True:
-                unsure = True
-                result = (await conn.execute(sa.text(try_in_line if in_line else try_first), params)).scalar()
-                unsure = False
-                if result == 1:
-                    return conn
-                if result == 2:
-                    in_line = True
-                now = loop.time()
-                if deadline is not None and now >= deadline:
-                    raise SessionBusyError(
-                        f"{describe} is busy: another process held its lock for more than {timeout:g} s"
-                    )
-                pause = random.uniform(delay / 2, delay)
-                if deadline is not None:
-                    pause = min(pause, deadline - now)
-                await asyncio.sleep(pause)
-                delay = min(delay * 2, self._lock_poll)
-        except BaseException as exc:
-            if unsure:
-                await _discard(conn)
-            else:
-                await self._return_lock_connection(conn, params if in_line else None, want=True)
-            if isinstance(exc, (sa_exc.SQLAlchemyError, OSError)):
-                raise self._error("session lock", exc) from exc
-            raise
-
-    async def _return_lock_connection(
-        self, conn: AsyncConnection, params: dict[str, Any] | None, *, want: bool
-    ) -> bool:
-        """Release the main (or the "want") lock and pool the connection; False if the lock was not held."""
-        released = True
-        try:
-            if params is not None:
-                if want:
-                    sql = _PG_UNLOCK_WANT if self._pg else _MY_UNLOCK_WANT
-                else:
-                    sql = _PG_UNLOCK if self._pg else _MY_UNLOCK
-                released = bool((await conn.execute(sa.text(sql), params)).scalar())
-        except BaseException:
-            await _discard(conn)  # a connection that may still hold the lock must never go back to the pool
-            raise
-        if released:
-            await conn.close()
-        else:
-            await _discard(conn)
-        return released
-
-
-class SqlSessionLock(SessionLockHold):
-    """A session lock: the in-process FIFO lock, then a PostgreSQL advisory lock or MySQL ``GET_LOCK``.
-
-    The database lock lives on a connection the hold keeps for its duration; if that connection dies
-    the server frees the lock (the body is not interrupted: stale writes still fail on revision).
-    Contending processes take turns: a waiting process first takes the session's "want" lock, and a
-    process releasing the lock cannot take it back while another holds that.
-    """
-
-    __slots__ = ("_agent", "_conn", "_params", "_session_id", "_store", "_user_id")
-
-    def __init__(
-        self,
-        owner: LocalSessionLocks,
-        user_id: str,
-        session_id: str,
-        timeout: float | None,
-        *,
-        store: SqlStateStore,
-        agent: str = "",
-    ) -> None:
-        super().__init__(owner, (agent, user_id, session_id), timeout)
-        self._agent = agent
-        self._user_id = user_id
-        self._session_id = session_id
-        self._store = store
-        self._conn: AsyncConnection | None = None
-        self._params: dict[str, Any] = {}
-
-    @property
-    def held(self) -> bool:
-        """True between a successful enter and the exit."""
-        return self._conn is not None
-
-    def _describe(self) -> str:
-        return f"session {self._session_id!r} of user {self._user_id!r}"
-
-    async def __aenter__(self) -> None:
-        if self._conn is not None:
-            raise RuntimeError("this session lock is already held; create one per `async with`")
-        loop = asyncio.get_running_loop()
-        timeout = self._timeout
-        deadline = None if timeout is None else loop.time() + max(0.0, timeout)
-        self._params = self._store._lock_params(self._agent, self._user_id, self._session_id)
-        await super().__aenter__()  # the in-process FIFO lock (SessionBusyError on timeout)
-        try:
-            self._conn = await self._store._acquire_lock(self._params, deadline, timeout, self._describe())
-        except BaseException:
-            await super().__aexit__(None, None, None)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        conn, self._conn = self._conn, None
-        try:
-            if conn is not None:
-                try:
-                    released = await self._store._return_lock_connection(conn, self._params, want=False)
-                except Exception as error:  # the connection died: the server has released the lock already
-                    logger.warning("%s: could not release the session lock (%s)", self._describe(), error)
-                else:
-                    if not released:
-                        logger.warning(
-                            "%s: the session lock was lost while held (its connection was reset)", self._describe()
-                        )
-        finally:
-            await super().__aexit__(*exc)
-
-
-async def _discard(conn: AsyncConnection) -> None:
-    """Close the connection for good (never back to the pool): the server frees the locks it held.
-
-    Shielded: a second cancellation must not leave a lock-holding connection half closed.
-    """
-    task = asyncio.ensure_future(_discard_now(conn))
-    _closing.add(task)
-    task.add_done_callback(_closing.discard)
-    await asyncio.shield(task)
-
-
-async def _discard_now(conn: AsyncConnection) -> None:
-    try:
-        await conn.invalidate()
-    except Exception as exc:  # already broken: nothing more to free
-        logger.debug("discarding a lock connection failed: %s", exc)
-    try:
-        await conn.close()
-    except Exception as exc:
-        logger.debug("closing a discarded lock connection failed: %s", exc)
-
-
-_closing: set[asyncio.Future[None]] = set()
+        return self._db_locks.params(agent, user_id, session_id)
 
 
 def _is_deadlock(exc: sa_exc.DBAPIError) -> bool:

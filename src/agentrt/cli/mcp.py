@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import typer
     from rich.table import Table
 
-    from agentrt.tool.mcp import McpClient
+    from agentrt.mcp import McpClient
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ def build_mcp_app() -> "typer.Typer":
     ) -> None:
         """Expose a toolkit (one MCP tool per tool) or an agent (one ask_<name> tool) to MCP clients."""
         from agentrt.errors import AgentrtError
-        from agentrt.tool._mcp_server import load_target, serve_mcp
+        from agentrt.mcp.server import load_target, serve_mcp
 
         if transport not in ("stdio", "http", "sse"):
             _fail(f"--transport must be stdio, http or sse, not {transport!r}")
@@ -153,7 +153,7 @@ def build_mcp_app() -> "typer.Typer":
 
 def _client(command: list[str] | None, http: str | None, sse: str | None) -> "McpClient":
     from agentrt.errors import AgentrtError
-    from agentrt.tool.mcp import McpClient
+    from agentrt.mcp import McpClient
 
     chosen = [x for x in (command, http, sse) if x]
     if len(chosen) != 1:

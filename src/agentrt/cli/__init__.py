@@ -39,8 +39,20 @@ def build_app() -> "typer.Typer":
         pretty_exceptions_show_locals=False,
     )
 
+    def print_version(value: bool) -> None:
+        if value:
+            import agentrt
+
+            typer.echo(f"agentrt {agentrt.__version__}")
+            raise typer.Exit()
+
     @app.callback()
-    def root() -> None:
+    def root(
+        version: Annotated[
+            bool,
+            typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit."),
+        ] = False,
+    ) -> None:
         """agentrt: an async agent runtime (reason-act loop, tools, durable state, streaming)."""
 
     @app.command()
@@ -54,7 +66,7 @@ def build_app() -> "typer.Typer":
 
         from rich.console import Console
 
-        from agentrt._demo import run_demo
+        from agentrt.cli.demo import run_demo
         from agentrt.errors import AgentrtError
 
         console = Console()
@@ -64,7 +76,7 @@ def build_app() -> "typer.Typer":
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
 
-    from agentrt._cli_chat import build_chat_command
+    from agentrt.cli.chat import build_chat_command
 
     @app.command()
     def serve(
@@ -109,11 +121,11 @@ def build_app() -> "typer.Typer":
             raise typer.Exit(1) from None
         run_server(application, host=host, port=port, log_level=log_level, close=(state_store,) if state_store else ())
 
-    from agentrt._cli_sessions import build_sessions_app
+    from agentrt.cli.sessions import build_sessions_app
 
     app.command("chat")(build_chat_command())
     app.add_typer(build_sessions_app(), name="sessions")
-    from agentrt._cli_mcp import build_mcp_app
+    from agentrt.cli.mcp import build_mcp_app
 
     app.add_typer(build_mcp_app(), name="mcp")
     return app
@@ -128,7 +140,3 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Entry point of the ``agentrt`` command."""
     build_app()()
-
-
-if __name__ == "__main__":
-    main()

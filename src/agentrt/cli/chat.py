@@ -128,7 +128,7 @@ def _scripted_factory(
         if unknown:
             raise UserError(f"scripted:{name} takes the options latency and chunk_delay, not {sorted(unknown)}")
     if name == "demo":
-        from agentrt._demo import plan
+        from agentrt.cli.demo import plan
 
         model = ScriptedModel.from_function(plan, name="demo", latency=float(options.get("latency", 0.0)))
         model.chunk_delay = float(options.get("chunk_delay", 0.0))
@@ -608,7 +608,7 @@ class ChatSession:
         elif name == "/state":
             self._state()
         elif name == "/history":
-            from agentrt._cli_sessions import render_messages
+            from agentrt.cli.sessions import render_messages
 
             state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
             if state.messages:
@@ -919,7 +919,7 @@ def build_agent(
         toolkit.register(item)
     if system is None:
         if demo:
-            from agentrt._demo import SYS_PROMPT
+            from agentrt.cli.demo import SYS_PROMPT
 
             system = SYS_PROMPT
         else:

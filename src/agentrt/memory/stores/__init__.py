@@ -1,0 +1,1 @@
+"""Long-term memory backends, one module each."""
