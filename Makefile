@@ -37,6 +37,7 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy --strict on src/
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy src
+	$(BIN)/lint-imports
 
 format: $(STAMP) ## Apply ruff format and fixes
 	$(BIN)/ruff format src tests benchmarks examples

@@ -44,9 +44,9 @@ async def main() -> None:
     # Imported here, so the server process (which needs only the MCP SDK) does not import agentrt.
     from agentrt import ReActAgent, Toolkit, ToolUseBlock
     from agentrt import events as ev
+    from agentrt.mcp import McpClient, McpProgress
     from agentrt.model import ScriptedModel
     from agentrt.state import InMemoryStateStore
-    from agentrt.tool.mcp import McpClient, McpProgress
 
     toolkit = Toolkit()
     tools = await toolkit.register_mcp(McpClient.stdio(sys.executable, [__file__, "serve"]))

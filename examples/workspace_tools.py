@@ -29,7 +29,7 @@ from agentrt import (
 from agentrt import events as ev
 from agentrt.model import ScriptedModel
 from agentrt.tool.builtin import FileTools, ShellTool
-from agentrt.tool.emit import ToolCallScopeMiddleware, ToolOutputDelta
+from agentrt.tool.emit import ToolOutputDelta
 
 
 def make_workspace(root: Path) -> None:
@@ -84,8 +84,6 @@ async def main() -> None:
             toolkit=toolkit,
             # Edits inside the workspace run without asking; commands still ask.
             permission=PermissionContext(mode=PermissionMode.ACCEPT_EDITS, workspace=str(root)),
-            # Gives streamed tool output its exact call id even when calls run in parallel.
-            middlewares=[ToolCallScopeMiddleware()],
         )
         ctx = RuntimeContext(user_id="dev", session_id="fix-calc")
 

@@ -17,12 +17,16 @@ Errors are split by who has to act on them::
     │   ├── ModelTimeoutError
     │   ├── ModelConnectionError
     │   ├── ModelBehaviorError         the model produced something unusable (garbage chunks,
-    │   │                              empty replies)
+    │   │   │                          empty replies)
+    │   │   └── StructuredOutputError  no answer matching the output schema within the retries
     │   └── UnexpectedModelCallError   a ScriptedModel ran out of steps
     ├── ToolError                      a tool could not be registered or found
     │   ├── ToolDefinitionError
     │   ├── DuplicateToolError
-    │   └── ToolArgumentsError         arguments failed validation (sent back to the model)
+    │   ├── ToolArgumentsError         arguments failed validation (sent back to the model)
+    │   └── McpError                   an MCP server failed or refused a request
+    │       └── McpConnectionError     it could not be started or reached, or the connection died
+    │           └── McpCallLostError   the connection died during a call that was not re-sent
     └── StateStoreError                the state store failed
         ├── StateConflictError         a write raced another writer (stale revision)
         └── SessionBusyError           the session lock could not be acquired in time
@@ -43,6 +47,9 @@ __all__ = [
     "DuplicateToolError",
     "InvalidTypeError",
     "InvalidValueError",
+    "McpCallLostError",
+    "McpConnectionError",
+    "McpError",
     "NotPendingError",
     "ModelAPIError",
     "ModelBehaviorError",
@@ -53,6 +60,7 @@ __all__ = [
     "SessionBusyError",
     "StateConflictError",
     "StateStoreError",
+    "StructuredOutputError",
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolError",
@@ -155,6 +163,10 @@ class ModelBehaviorError(ModelError):
     """The model produced output the runtime cannot use (malformed chunks, empty replies)."""
 
 
+class StructuredOutputError(ModelBehaviorError):
+    """The model did not produce output matching the requested schema within the allowed retries."""
+
+
 class UnexpectedModelCallError(ModelError):
     """A `ScriptedModel` was called more times than it has steps."""
 
@@ -177,6 +189,39 @@ class ToolArgumentsError(ToolError):
     def __init__(self, message: str, *, errors: list[dict[str, object]] | None = None) -> None:
         super().__init__(message)
         self.errors = errors or []
+
+
+class McpError(ToolError):
+    """An MCP server failed or refused a request; `server` names it."""
+
+    def __init__(self, message: str, *, server: str = "") -> None:
+        super().__init__(message)
+        self.server = server
+
+
+class McpConnectionError(McpError):
+    """An MCP server could not be started or reached, or the connection to it was lost.
+
+    `retryable` is False when trying again cannot help (command not found, bad URL);
+    `restarted` tells, for a connection lost during a call, whether it has been re-established.
+    """
+
+    def __init__(self, message: str, *, server: str = "", retryable: bool = True, restarted: bool = False) -> None:
+        super().__init__(message, server=server)
+        self.retryable = retryable
+        self.restarted = restarted
+
+
+class McpCallLostError(McpConnectionError):
+    """The connection died while a tool call not known to be idempotent was in flight.
+
+    The call may or may not have run on the server; it was not sent again. `restarted` says
+    whether a new connection is up; `tool` names the server's tool.
+    """
+
+    def __init__(self, message: str, *, server: str = "", tool: str = "", restarted: bool = False) -> None:
+        super().__init__(message, server=server, restarted=restarted)
+        self.tool = tool
 
 
 class StateStoreError(AgentrtError):

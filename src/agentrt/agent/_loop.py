@@ -33,7 +33,7 @@ from agentrt.tool._execution import ToolExecutor
 
 if TYPE_CHECKING:
     from agentrt.agent.react import ReActAgent
-    from agentrt.memory.context import Compression, ContextCompressor, Mode
+    from agentrt.memory.compression import Compression, ContextCompressor, Mode
 
 __all__ = ["Chains", "compress_run", "run_call"]
 
@@ -156,7 +156,17 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         tools = {**tools, **agent._session_tools}
     groups = run.state.active_groups
     active = frozenset(groups) if groups is not None else agent.toolkit.default_active_groups()
-    executor = run.executor = ToolExecutor(tools, run.ctx, agent.toolkit.semaphore(), active)
+    executor = run.executor = ToolExecutor(
+        tools,
+        run.ctx,
+        agent.toolkit.semaphore(),
+        active,
+        emit=run.emit if run.streaming else None,
+        reply_id=run.reply_id,
+        session_id=run.session_id,
+        source=agent.name,
+        add_usage=run.add_usage,
+    )
     resuming = bool((run.state.pending or {}).get("calls"))
     if not resuming:
         _refuse_stray_answers(run)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentrt import _json
-from agentrt.errors import ModelBehaviorError, UserError
+from agentrt.errors import StructuredOutputError, UserError
 from agentrt.model.base import ChatModel, ToolSchema
 
 __all__ = ["GENERATE_RESPONSE", "OutputMode", "OutputSpec", "StructuredOutputError", "output_spec"]
@@ -25,10 +25,6 @@ __all__ = ["GENERATE_RESPONSE", "OutputMode", "OutputSpec", "StructuredOutputErr
 OutputMode = Literal["auto", "native", "tool", "prompted"]
 GENERATE_RESPONSE = "generate_response"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
-
-
-class StructuredOutputError(ModelBehaviorError):
-    """The model did not produce output matching the requested schema within the allowed retries."""
 
 
 @dataclass(frozen=True, slots=True)

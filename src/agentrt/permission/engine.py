@@ -32,7 +32,7 @@ from agentrt.permission.suggest import suggest_rules
 if TYPE_CHECKING:
     from agentrt.context import RuntimeContext
     from agentrt.message import ToolUseBlock
-    from agentrt.tool.base import Tool
+    from agentrt.permission.subject import ToolTraits
 
 __all__ = ["PermissionEngine", "unmatched_rules"]
 
@@ -64,11 +64,11 @@ class PermissionEngine:
             if rule.decision is decision:
                 yield rule
 
-    def workspace_for(self, tool: Tool) -> str:
+    def workspace_for(self, tool: ToolTraits) -> str:
         """Where the tool's relative paths are taken from: its workspace, the context's, or the cwd."""
         return getattr(tool, "workspace", None) or self.context.workspace or os.getcwd()
 
-    def check(self, tool: Tool | None, call: ToolUseBlock, ctx: RuntimeContext) -> PermissionDecision:
+    def check(self, tool: ToolTraits | None, call: ToolUseBlock, ctx: RuntimeContext) -> PermissionDecision:
         """The decision for one call (`tool` None: unknown tool, allowed so the executor reports it).
 
         After the rules, the mode decides: ``DEFAULT`` asks for tools that require confirmation or are
@@ -139,7 +139,7 @@ class PermissionEngine:
                 )
         return None
 
-    def _tool_check(self, tool: Tool, call: ToolUseBlock, ctx: RuntimeContext) -> PermissionDecision | None:
+    def _tool_check(self, tool: ToolTraits, call: ToolUseBlock, ctx: RuntimeContext) -> PermissionDecision | None:
         if tool.check_permission is not None:
             verdict = tool.check_permission(call.input, ctx)
             if isinstance(verdict, PermissionDecision):
@@ -158,7 +158,7 @@ class PermissionEngine:
                 )
         return None
 
-    def _ask(self, tool: Tool, call: ToolUseBlock, view: CallView, reason: str) -> PermissionDecision:
+    def _ask(self, tool: ToolTraits, call: ToolUseBlock, view: CallView, reason: str) -> PermissionDecision:
         if self.context.mode is PermissionMode.DONT_ASK:
             return PermissionDecision.deny(f"{reason}; don't-ask mode denies instead")
         return PermissionDecision(
@@ -190,7 +190,7 @@ def _inside(path: str, root: str) -> bool:
     return os.path.commonpath([root, path]) == root
 
 
-def with_path_defaults(tool: Tool, args: Mapping[str, Any]) -> Mapping[str, Any]:
+def with_path_defaults(tool: ToolTraits, args: Mapping[str, Any]) -> Mapping[str, Any]:
     """The call's arguments plus the schema defaults of path parameters it left out.
 
     ``grep_files(pattern=...)`` searches ``path="."``: rules must judge that path too.

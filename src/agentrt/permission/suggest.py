@@ -32,7 +32,7 @@ from agentrt.permission.paths import glob_escape, glob_literal, glob_tokens, is_
 from agentrt.permission.rules import Decision, PermissionMode, PermissionRule
 
 if TYPE_CHECKING:
-    from agentrt.tool.base import Tool
+    from agentrt.permission.subject import ToolTraits
 
 __all__ = ["check_answer_rule", "never_generalised", "suggest_rules"]
 
@@ -215,7 +215,7 @@ _PROBE_TAILS = (
 )
 
 
-def check_answer_rule(rule: PermissionRule, *, tool: Tool | None, mode: PermissionMode) -> str | None:
+def check_answer_rule(rule: PermissionRule, *, tool: ToolTraits | None, mode: PermissionMode) -> str | None:
     """Why a rule sent with a user's answer must not be accepted, or None to accept it.
 
     `tool` is the answered call's tool (None if unknown: then the checks that need it are made

@@ -98,11 +98,11 @@ ERROR_TYPE = "error.type"
 
 def get_tracer(tracer_provider: TracerProvider | None = None) -> Tracer:
     """The agentrt tracer from `tracer_provider`, or from the global provider when None."""
-    from agentrt import __version__
+    from agentrt._version import version
 
     if tracer_provider is None:
-        return trace.get_tracer(TRACER_NAME, __version__)
-    return tracer_provider.get_tracer(TRACER_NAME, __version__)
+        return trace.get_tracer(TRACER_NAME, version())
+    return tracer_provider.get_tracer(TRACER_NAME, version())
 
 
 def record_error(span: Span, exc: BaseException) -> None:

@@ -8,7 +8,6 @@ cancellation propagate.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -29,12 +28,11 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import META_ARGUMENTS_ERROR
 from agentrt.tool.base import Tool
+from agentrt.tool.scope import EventSink, ToolCallScope, UsageSink
 
 __all__ = ["META_SUSPENDED", "CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
 
 CallRunner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
-current_call: contextvars.ContextVar[ToolUseBlock | None] = contextvars.ContextVar("agentrt_tool_call", default=None)
-"""The tool call running in this task (tools and emitters read it to know their call id)."""
 META_SUSPENDED = "agentrt_suspended"
 """Metadata key of a result that is not a result: the tool suspended (see `ToolSuspended`)."""
 _MEDIA = (TextBlock, ImageBlock, AudioBlock, VideoBlock)
@@ -88,9 +86,25 @@ def partition_batches(
 
 
 class ToolExecutor:
-    """Executes tool calls for one agent call (holds the per-run call counters)."""
+    """Executes tool calls for one agent call (holds the per-run call counters).
 
-    __slots__ = ("_active_groups", "_counts", "_semaphore", "ctx", "tools")
+    Each call runs under a `ToolCallScope` built from `ctx` and the keyword arguments: `emit`
+    takes the events tools stream (None: nobody streams), `reply_id`, `session_id` and `source`
+    stamp them, `add_usage` counts tokens spent on a call's behalf.
+    """
+
+    __slots__ = (
+        "_active_groups",
+        "_add_usage",
+        "_counts",
+        "_emit",
+        "_reply_id",
+        "_semaphore",
+        "_session_id",
+        "_source",
+        "ctx",
+        "tools",
+    )
 
     def __init__(
         self,
@@ -98,12 +112,37 @@ class ToolExecutor:
         ctx: RuntimeContext,
         semaphore: asyncio.Semaphore,
         active_groups: frozenset[str] | None = None,
+        *,
+        emit: EventSink | None = None,
+        reply_id: str = "",
+        session_id: str | None = None,
+        source: str = "",
+        add_usage: UsageSink | None = None,
     ) -> None:
         self.tools = tools
         self.ctx = ctx
         self._semaphore = semaphore
         self._counts: dict[str, int] = {}
         self._active_groups = active_groups
+        self._emit = emit
+        self._reply_id = reply_id
+        self._session_id = ctx.key[1] if session_id is None else session_id
+        self._source = source
+        self._add_usage = add_usage
+
+    def scope(self, call: ToolUseBlock) -> ToolCallScope:
+        """The scope `call` runs under (bound by `execute`)."""
+        return ToolCallScope(
+            call_id=call.id,
+            tool_name=call.name,
+            ctx=self.ctx,
+            emit=self._emit,
+            task=asyncio.current_task(),
+            reply_id=self._reply_id,
+            session_id=self._session_id,
+            source=self._source,
+            add_usage=self._add_usage,
+        )
 
     def set_active_groups(self, groups: frozenset[str] | None) -> None:
         """Change which groups are available (the meta tool switches them mid-call)."""
@@ -149,14 +188,14 @@ class ToolExecutor:
                     "Do not call it again; continue with the results you have.",
                 )
             self._counts[tool.name] = used + 1
-        token = current_call.set(call)
         try:
-            async with self._semaphore:
-                if tool.timeout is None:
-                    value = await tool.invoke(call.input, self.ctx)
-                else:
-                    async with asyncio.timeout(tool.timeout):
+            with self.scope(call).bind():
+                async with self._semaphore:
+                    if tool.timeout is None:
                         value = await tool.invoke(call.input, self.ctx)
+                    else:
+                        async with asyncio.timeout(tool.timeout):
+                            value = await tool.invoke(call.input, self.ctx)
         except ToolArgumentsError as exc:
             return error_result(call, str(exc))
         except ToolRetry as exc:
@@ -174,8 +213,6 @@ class ToolExecutor:
             raise
         except Exception as exc:
             return error_result(call, f"Tool {tool.name!r} failed: {type(exc).__name__}: {exc}")
-        finally:
-            current_call.reset(token)
         return to_result(call, value)
 
     async def execute_all(

@@ -18,9 +18,8 @@ A tool can also declare a parameter ``emitter: ToolEmitter = AUTO_EMITTER``: a p
 a plain class is injected by the runtime and hidden from the model, and the default (an emitter
 that follows whichever call is running when it emits) is used when the context holds none.
 
-Which call is running is known exactly when the executor (or `ToolCallScopeMiddleware`) binds it
-with `tool_call_scope`; otherwise the emitter finds it in the running turn when only one call of
-the tool is in it, and leaves ``tool_call_id`` empty when that is ambiguous.
+The executor binds each call in a `ToolCallScope`, so the emitter knows exactly which call it
+reports for, even when one tool runs several times in parallel.
 
 `emit_nowait` is thread-safe: sync tools (which run in a worker thread) call it directly.
 """
@@ -28,29 +27,17 @@ the tool is in it, and leaves ``tool_call_id`` empty when that is ambiguous.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentrt.events import AgentEvent, register_event_type
-from agentrt.message import ToolUseBlock
-from agentrt.middleware.base import Middleware
-from agentrt.tool._execution import current_call
+from agentrt.tool.scope import ToolCallScope
 
 if TYPE_CHECKING:
-    from agentrt.agent._run import Run
     from agentrt.context import RuntimeContext
-    from agentrt.message import ToolResultBlock
 
-__all__ = [
-    "AUTO_EMITTER",
-    "ToolCallScopeMiddleware",
-    "ToolEmitter",
-    "ToolOutputDelta",
-    "current_tool_call",
-    "tool_call_scope",
-]
+__all__ = ["AUTO_EMITTER", "ToolCallScope", "ToolEmitter", "ToolOutputDelta"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,7 +45,7 @@ class ToolOutputDelta(AgentEvent):
     """A piece of output a running tool streamed (its final result still comes as `ToolResult`)."""
 
     tool_call_id: str
-    """Id of the tool call that produced it ("" when the emitter could not tell which call runs)."""
+    """Id of the tool call that produced it."""
     name: str
     """The tool's name."""
     delta: str
@@ -66,44 +53,11 @@ class ToolOutputDelta(AgentEvent):
 
 register_event_type(ToolOutputDelta)
 
-# The executor binds each running call here (see `agentrt.tool._execution.current_call`).
-_current_call = current_call
-
-
-def current_tool_call() -> ToolUseBlock | None:
-    """The tool call running in this task (or worker thread), when the executor bound it."""
-    return _current_call.get()
-
-
-@contextlib.contextmanager
-def tool_call_scope(call: ToolUseBlock) -> Iterator[None]:
-    """Mark `call` as the tool call running in this context (for `ToolEmitter` and anything else)."""
-    token = _current_call.set(call)
-    try:
-        yield
-    finally:
-        _current_call.reset(token)
-
-
-class ToolCallScopeMiddleware(Middleware):
-    """Binds each tool call with `tool_call_scope`, so emitters know their call id exactly.
-
-    Only needed until the tool executor binds the call itself; harmless afterwards.
-    """
-
-    async def on_acting(
-        self, run: Run, call: ToolUseBlock, next: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
-    ) -> ToolResultBlock:
-        with tool_call_scope(call):
-            return await next(call)
-
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    run: Run
-    call_id: str
+    scope: ToolCallScope
     name: str
-    loop: asyncio.AbstractEventLoop | None
 
 
 class ToolEmitter:
@@ -126,7 +80,7 @@ class ToolEmitter:
         """An emitter bound to the tool call running now (a silent one outside a streaming agent run).
 
         Args:
-            name: The tool's name, used for the event and to find the call when it is not bound.
+            name: The tool's name for the events (default: the name of the running call).
         """
         emitter = cls(name=name)
         emitter._bound = _resolve(name)
@@ -149,7 +103,7 @@ class ToolEmitter:
     def tool_call_id(self) -> str:
         """The id of the call the emissions are attributed to ("" when unknown)."""
         target = self._bound if self._bound is not None else _resolve(self._name)
-        return target.call_id if target is not None else ""
+        return target.scope.call_id if target is not None else ""
 
     def emit_nowait(self, delta: str) -> None:
         """Emit `delta` now; safe from any thread. Empty strings are dropped."""
@@ -161,19 +115,23 @@ class ToolEmitter:
         target = self._bound if self._bound is not None else _resolve(self._name)
         if target is None:
             return
+        scope = target.scope
+        sink = scope.emit
+        if sink is None:
+            return
         event = ToolOutputDelta(
-            reply_id=target.run.reply_id,
-            session_id=target.run.session_id,
-            source=target.run.agent.name,
-            tool_call_id=target.call_id,
+            reply_id=scope.reply_id,
+            session_id=scope.session_id,
+            source=scope.source,
+            tool_call_id=scope.call_id,
             name=target.name,
             delta=delta,
         )
-        loop = target.loop
+        loop = scope.loop
         if loop is None or _on_loop_thread(loop):
-            target.run.emit(event)
+            sink(event)
         elif not loop.is_closed():
-            loop.call_soon_threadsafe(target.run.emit, event)
+            loop.call_soon_threadsafe(sink, event)
 
     async def emit(self, delta: str) -> None:
         """Emit `delta`, then yield to the event loop so consumers see it while the tool goes on."""
@@ -192,31 +150,10 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 def _resolve(name: str | None) -> _Target | None:
-    from agentrt.agent._run import current_run
-
-    run = current_run.get()
-    if run is None or not run.streaming:
+    scope = ToolCallScope.current()
+    if scope is None or not scope.streaming:
         return None
-    loop = run.task.get_loop() if run.task is not None else None
-    call = _current_call.get()
-    if call is not None:
-        return _Target(run, call.id, name or call.name, loop)
-    found = _find_call(run, name)
-    if found is not None:
-        return _Target(run, found.id, found.name, loop)
-    return _Target(run, "", name or "", loop)
-
-
-def _find_call(run: Run, name: str | None) -> ToolUseBlock | None:
-    """The only call of tool `name` (or the only call at all) in the turn being acted on."""
-    for msg in reversed(run.state.messages):
-        if msg.role != "assistant":
-            continue
-        calls = msg.tool_calls
-        if name is not None:
-            calls = [c for c in calls if c.name == name]
-        return calls[0] if len(calls) == 1 else None
-    return None
+    return _Target(scope, name or scope.tool_name)
 
 
 AUTO_EMITTER = ToolEmitter()

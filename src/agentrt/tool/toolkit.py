@@ -122,7 +122,7 @@ class Toolkit:
         timeout: float | None = None,
         resources: bool | None = None,
     ) -> list[Tool]:
-        """Register the tools of an MCP server (an `agentrt.tool.mcp.McpClient`); returns them.
+        """Register the tools of an MCP server (an `agentrt.mcp.McpClient`); returns them.
 
         Connects the client if needed and lists its tools. Names are ``mcp__<server>__<tool>``, or
         ``f"{prefix}{tool}"``; `include` / `exclude` filter the server's tool names (globs).
@@ -131,7 +131,7 @@ class Toolkit:
         resources). A client this call connected is closed by `aclose`; one the caller connected
         (``async with client``) stays the caller's. See docs/mcp.md.
         """
-        from agentrt.tool.mcp import register_mcp
+        from agentrt.mcp.toolset import register_mcp  # the MCP layer builds on this one: import on use
 
         return await register_mcp(
             self,

@@ -11,15 +11,10 @@ from agentrt import ReActAgent, RuntimeContext, Toolkit, ToolUseBlock, tool
 from agentrt import events as ev
 from agentrt.model import ScriptedModel
 from agentrt.permission import PermissionMode
+from agentrt.tool._execution import ToolExecutor
 from agentrt.tool.builtin import ShellTool
-from agentrt.tool.emit import (
-    AUTO_EMITTER,
-    ToolCallScopeMiddleware,
-    ToolEmitter,
-    ToolOutputDelta,
-    current_tool_call,
-    tool_call_scope,
-)
+from agentrt.tool.emit import AUTO_EMITTER, ToolEmitter, ToolOutputDelta
+from agentrt.tool.scope import ToolCallScope
 
 
 @tool
@@ -81,7 +76,7 @@ async def test_deltas_stream_in_order_before_the_result() -> None:
     assert all("3\n" not in str(m.content) for m in state.messages if m.role == "assistant")
 
 
-async def test_parallel_calls_are_attributed_with_the_scope_middleware() -> None:
+async def test_parallel_calls_stream_under_their_own_ids_in_order() -> None:
     model = ScriptedModel(
         [
             [
@@ -91,7 +86,7 @@ async def test_parallel_calls_are_attributed_with_the_scope_middleware() -> None
             "ok",
         ]
     )
-    agent = ReActAgent("r", model=model, toolkit=Toolkit([countdown]), middlewares=[ToolCallScopeMiddleware()])
+    agent = ReActAgent("r", model=model, toolkit=Toolkit([countdown]))
     items = tool_events(await collect(agent, "go", "emit-2"))
     assert [d for kind, call, d in items if kind == "delta" and call == "a"] == ["2\n", "1\n"]
     assert [d for kind, call, d in items if kind == "delta" and call == "b"] == ["3\n", "2\n", "1\n"]
@@ -161,11 +156,59 @@ async def test_sink_and_scope() -> None:
     emitter.emit_nowait("")  # empty emissions are dropped
     emitter.emit_nowait("b")
     assert seen == ["a", "b"]
-    call = ToolUseBlock(id="x1", name="t", input={})
-    assert current_tool_call() is None
-    with tool_call_scope(call):
-        assert current_tool_call() is call
-    assert current_tool_call() is None
+    events: list[ev.AgentEvent] = []
+    scope = ToolCallScope(call_id="x1", tool_name="t", ctx=RuntimeContext(), emit=events.append, reply_id="r1")
+    assert ToolCallScope.current() is None
+    with scope.bind():
+        assert ToolCallScope.current() is scope
+        ToolEmitter.current().emit_nowait("c")
+    assert ToolCallScope.current() is None
+    deltas = [e for e in events if isinstance(e, ToolOutputDelta)]
+    assert [(e.tool_call_id, e.name, e.delta, e.reply_id) for e in deltas] == [("x1", "t", "c", "r1")]
+
+
+@tool
+async def twice(tag: str) -> str:
+    """Stream two pieces, reporting the call id the tool itself sees."""
+    scope = ToolCallScope.current()
+    assert scope is not None
+    emitter = ToolEmitter.current()
+    await emitter.emit(f"{tag}-1")
+    await asyncio.sleep(0.01)  # let the other call interleave
+    await emitter.emit(f"{tag}-2")
+    return scope.call_id
+
+
+@tool
+def twice_sync(tag: str) -> str:
+    """The same from a worker thread."""
+    scope = ToolCallScope.current()
+    assert scope is not None
+    emitter = ToolEmitter.current()
+    emitter.emit_nowait(f"{tag}-1")
+    emitter.emit_nowait(f"{tag}-2")
+    return scope.call_id
+
+
+@pytest.mark.parametrize("fn", [twice, twice_sync], ids=["async", "sync"])
+async def test_two_parallel_calls_of_one_tool_emit_under_their_own_call_ids(fn: object) -> None:
+    toolkit = Toolkit([fn])
+    name = toolkit.names()[0]
+    events: list[ev.AgentEvent] = []
+    executor = ToolExecutor(toolkit.tools, RuntimeContext(), toolkit.semaphore(), emit=events.append, source="me")
+    calls = [ToolUseBlock(id=i, name=name, input={"tag": i}) for i in ("p", "q")]
+    results = await executor.execute_all(calls)
+    assert [r.output for r in results] == ["p", "q"]  # each call saw its own scope
+    deltas = [e for e in events if isinstance(e, ToolOutputDelta)]
+    assert sorted((d.tool_call_id, d.delta) for d in deltas) == [("p", "p-1"), ("p", "p-2"), ("q", "q-1"), ("q", "q-2")]
+    assert {(d.name, d.source) for d in deltas} == {(name, "me")}
+
+
+async def test_executor_without_a_sink_keeps_tools_silent() -> None:
+    toolkit = Toolkit([twice])
+    executor = ToolExecutor(toolkit.tools, RuntimeContext(), toolkit.semaphore())
+    result = await executor.execute(ToolUseBlock(id="s", name="twice", input={"tag": "s"}))
+    assert result.output == "s"
 
 
 def test_event_round_trips_through_json() -> None:
