@@ -15,6 +15,7 @@ from agentrt.message import ToolUseBlock
 from agentrt.permission import Decision, PermissionContext, PermissionEngine, PermissionMode, PermissionRule
 from agentrt.tool import Toolkit
 from agentrt.tool.builtin import FileTools
+from agentrt.tool.builtin import files as files_module
 from agentrt.tool.builtin.files import glob_match
 
 
@@ -426,3 +427,63 @@ async def test_edit_file_replace_all_and_crlf(tools: FileTools, ws: Path) -> Non
     (ws / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
     await run(tools, "edit_file", path="win.txt", old="one\ntwo", new="1\n2")
     assert (ws / "win.txt").read_bytes() == b"1\r\n2\r\nthree\r\n"
+
+
+async def test_edit_file_replace_all_refuses_a_blowup_before_building_it(tools: FileTools, ws: Path) -> None:
+    (ws / "many_a.txt").write_text("a" * 10_000)
+    with pytest.raises(ToolRetry, match="larger than 1000000 bytes"):
+        await run(tools, "edit_file", path="many_a.txt", old="a", new="b" * 1000, replace_all=True)
+    assert (ws / "many_a.txt").read_text() == "a" * 10_000
+
+
+# -- grep with RE2, and the file tools off the loop -----------------------------------------------------------
+async def test_grep_speaks_re2_and_explains_python_only_syntax(tools: FileTools, ws: Path) -> None:
+    (ws / "re.txt").write_text("Hello World\nthe end\nprice: $42\n")
+    assert "re.txt:1:" in await run(tools, "grep_files", pattern=r"(?i)^hello (?P<who>\w+)$", path="re.txt")
+    assert "re.txt:2:" in await run(tools, "grep_files", pattern=r"end\Z", path="re.txt")  # Python's \Z
+    assert "re.txt:3:" in await run(tools, "grep_files", pattern=r"\$\d+", path="re.txt")
+    with pytest.raises(ToolRetry, match=r"lookbehind.*does not support.*RE2") as info:
+        await run(tools, "grep_files", pattern=r"(?<=\$)\d+", path="re.txt")
+    assert "Rewrite the pattern" in info.value.message
+
+
+async def test_grep_line_numbers_agree_with_read_file(tools: FileTools, ws: Path) -> None:
+    (ws / "odd.txt").write_bytes(b"one\x0ctwo\r\nthree\x1cx\nfour\n")
+    assert (await run(tools, "grep_files", pattern="four", path="odd.txt")).splitlines()[0] == "odd.txt:3: four"
+    assert "     3\tfour" in await run(tools, "read_file", path="odd.txt")
+    assert "odd.txt:1: one\x0ctwo" in await run(tools, "grep_files", pattern="two$", path="odd.txt")
+
+
+async def test_list_dir_of_a_big_directory_shows_the_first_entries_by_name(tools: FileTools, ws: Path) -> None:
+    big = ws / "big"
+    big.mkdir()
+    for i in reversed(range(1500)):
+        (big / f"f{i:04d}").touch()
+    lines = (await run(tools, "list_dir", path="big")).splitlines()
+    assert lines[0] == "big/ (1500 entries)"
+    assert lines[1].startswith("f0000") and lines[1000].startswith("f0999")
+    assert lines[-1] == "[... 500 more entries not shown]"
+
+
+async def test_walks_list_huge_directories_in_name_order(
+    tools: FileTools, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files_module, "_SORT_IN_ONE_GO", 10)  # the step-by-step heap sort path
+    (ws / "many").mkdir()
+    for i in reversed(range(50)):
+        (ws / "many" / f"n{i:02d}.txt").write_text(f"value {i}\n")
+    found = (await run(tools, "grep_files", pattern="value", path="many")).splitlines()
+    assert found[:3] == ["many/n00.txt:1: value 0", "many/n01.txt:1: value 1", "many/n02.txt:1: value 2"]
+    assert (await run(tools, "glob_files", pattern="*.txt", path="many")).splitlines()[:2] == [
+        "many/n00.txt",
+        "many/n01.txt",
+    ]
+
+
+async def test_fifos_never_block_the_file_tools(tools: FileTools, ws: Path) -> None:
+    os.mkfifo(ws / "src" / "pipe")  # opening it for reading would wait for a writer forever
+    assert "src/app.py:2:" in await run(tools, "grep_files", pattern="print", path="src")
+    with pytest.raises(ToolRetry, match="not a regular file"):
+        await run(tools, "grep_files", pattern="x", path="src/pipe")
+    with pytest.raises(ToolRetry, match="not a regular file"):
+        await run(tools, "read_file", path="src/pipe")

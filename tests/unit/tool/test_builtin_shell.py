@@ -258,3 +258,144 @@ def test_auto_allow_read_only_commands(ws: Path) -> None:
         assert decide(shell, command) is Decision.ASK, command
     assert decide(shell, "cat .env") is Decision.DENY
     assert decide(ShellTool(ws), "ls -la") is Decision.ASK  # off by default
+
+
+READ_ONLY = [
+    "ls -la --color=auto src",
+    "ls -1 -- src",
+    "ls -R src",
+    "cat -n hello.txt",
+    "head -n 5 hello.txt",
+    "head -5 hello.txt",
+    "head --lines=-2 hello.txt",
+    "tail -n +2 hello.txt",
+    "tail -c 10 -q hello.txt",
+    "grep -in -e hello -e world hello.txt",
+    "grep -c -A 2 hello hello.txt",
+    "grep -d skip hello src",
+    "grep --directories=read hello hello.txt",
+    "grep -- -r hello.txt",  # after "--", -r is the pattern
+    "wc -lw hello.txt",
+    "stat -c %s hello.txt",
+    "file -b hello.txt",
+    "du -sh src",
+    "git status --short --branch",
+    "git log --oneline -5",
+    "git log --stat --format=%s",
+    "git diff --stat",
+    "git diff --name-only HEAD",
+    "git show --stat HEAD",
+    "git show -s HEAD",
+    "git diff -- hello.txt",
+    "git log -p -- hello.txt",
+]
+NOT_READ_ONLY = [
+    # recursion and following, in every spelling
+    "grep -R hello .",
+    "grep -rn hello .",
+    "grep -nR hello .",
+    "grep -d recurse hello .",
+    "grep -drecurse hello .",
+    "grep --directories=recurse hello .",
+    "grep --directories recurse hello .",
+    "grep --recursive hello .",
+    "grep --recur hello .",
+    "grep hello . -r",
+    "grep --include=x hello hello.txt",
+    "grep -f hello.txt src",
+    "ls -R",
+    "ls -lR .",
+    "ls --recursive",
+    "ls -L src",
+    "du",
+    "du -a .",
+    "du -L src",
+    "tree",
+    "tree -o out.txt src",
+    "tree -R src",
+    "tail -f hello.txt",
+    "tail -F hello.txt",
+    "tail --follow hello.txt",
+    "tail --follow=name hello.txt",
+    "tail -5f hello.txt",
+    "tail -n 5 -f hello.txt",
+    "tail --retry hello.txt",
+    "file -f hello.txt",
+    "file -z hello.txt",
+    "wc --files0-from=hello.txt",
+    "cat -- .env",
+    "head -c 5 src/../.env",
+    "pwd src",
+    "find .",
+    "/bin/cat hello.txt",
+    # git: global options, writers, programs, contents
+    "git -c core.pager=cat log",
+    "git --git-dir=.git log",
+    "git --work-tree=. status",
+    "git --exec-path=. status",
+    "git -C src log",
+    "git log --output=x",
+    "git log --outp=x",
+    "git diff --ext-diff",
+    "git show --textconv HEAD",
+    "git diff",
+    "git diff HEAD",
+    "git show",
+    "git show HEAD",
+    "git log -p",
+    "git log --patch",
+    "git show HEAD:hello.txt",
+    "git show 1a2b3c4 -- hello.txt",
+    "git show --stat 1a2b3c4",  # a blob id: show prints the blob whatever the format
+    "git show -s 1a2b3c4d5e6f",
+    "git diff -- src",
+    "git status -v",
+    "git log -- :!x",
+]
+
+
+@pytest.mark.parametrize("command", READ_ONLY)
+def test_read_only_allow_list_accepts_safe_options(ws: Path, command: str) -> None:
+    assert is_read_only_command(command, str(ws)), command
+
+
+@pytest.mark.parametrize("command", NOT_READ_ONLY)
+def test_read_only_allow_list_refuses_anything_else(ws: Path, command: str) -> None:
+    assert not is_read_only_command(command, str(ws)), command
+
+
+def test_recursion_is_read_only_only_for_trees_without_protected_paths(ws: Path) -> None:
+    (ws / "src" / "pkg").mkdir()
+    (ws / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    assert is_read_only_command("ls -R src", str(ws))
+    assert is_read_only_command("du -a src", str(ws))
+    (ws / "src" / "pkg" / ".env.test").write_text("TOKEN=x\n")
+    assert not is_read_only_command("ls -R src", str(ws))
+    assert not is_read_only_command("du -a src", str(ws))
+    (ws / "src" / "pkg" / ".env.test").unlink()
+    os.symlink(ws / ".env", ws / "src" / "pkg" / "harmless")  # a link to a secret is found too
+    assert not is_read_only_command("ls -R src", str(ws))
+
+
+def test_operands_that_would_block_are_not_read_only(ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    assert not is_read_only_command("cat pipe", str(ws))
+    assert not is_read_only_command("grep x pipe", str(ws))
+
+
+def test_dangerous_references_see_through_quotes_and_escapes(ws: Path) -> None:
+    for command in ("cat '.e'nv", 'cat ".env"', "cat \\.env", "cat .e\\nv", "cat '.env", 'x="$(cat .env)"'):
+        assert dangerous_references(command, str(ws)), command
+    assert dangerous_references("echo 'a b' \"c d\" e\\ f", str(ws)) == []
+
+
+def test_dangerous_references_are_bounded_and_fail_closed(ws: Path) -> None:
+    wide = ws / "wide"
+    wide.mkdir()
+    for i in range(3000):
+        (wide / f"f{i}").touch()
+    assert dangerous_references("ls wide/f12*", str(ws)) == []  # small enough to check
+    huge = "cat " + " ".join(f"wide/f{i}" for i in range(3000))
+    assert dangerous_references(huge, str(ws)) == ["(the rest of the command: too many paths to check)"]
+    long_heredoc = "cat > gen.py <<'EOF'\n" + "def f(x):\n    return x + 1\n" * 3000 + "EOF\ncat .env"
+    assert dangerous_references(long_heredoc, str(ws)) == [".env"]  # every word is checked, up to the end

@@ -338,11 +338,21 @@ def _check_pow(base: Number, exponent: Number) -> None:
     if isinstance(base, int) and isinstance(exponent, int):
         if exponent < 0 or abs(base) <= 1:
             return  # a float (possibly 0.0) or 0 / 1 / -1: cheap
-        digits = exponent * math.log10(abs(base))
+        try:
+            digits = exponent * math.log10(abs(base))
+        except OverflowError:  # an exponent too large for a float: the result is hopeless anyway
+            digits = math.inf
         if digits > MAX_INT_DIGITS:
+            about = f"about {digits:.3g}" if math.isfinite(digits) else f"far more than {MAX_INT_DIGITS}"
             raise ToolRetry(
-                f"{format_number(base)} ** {format_number(exponent)} would have about {digits:.3g} digits; the limit "
-                f"is {MAX_INT_DIGITS}. Use a float base (e.g. {format_number(base)}.0 ** ...) for an approximate value "
-                "if it fits, or rewrite the computation."
+                f"{_brief(base)} ** {_brief(exponent)} would have {about} digits; the limit is {MAX_INT_DIGITS}. "
+                f"Use a float base (e.g. {_brief(base)}.0 ** ...) for an approximate value if it fits, or rewrite the "
+                "computation."
             )
     # Float powers overflow to OverflowError (handled by the caller) instead of running long.
+
+
+def _brief(value: int) -> str:
+    """An integer for a message: in full when short, else its first digits and its length."""
+    text = str(value)
+    return text if len(text) <= 30 else f"{text[:10]}...({len(text)} digits)"

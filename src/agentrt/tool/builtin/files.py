@@ -18,10 +18,18 @@ The check runs twice: in each tool's ``check_permission`` (so the permission eng
 before it runs, in every mode including ``BYPASS``) and again inside the tool when it runs (for
 callers that skip the engine). Listings mark protected entries; glob and grep skip them.
 
-All file I/O runs in a worker thread (the tool bodies are sync functions). Writes are atomic: the
-new content goes to a temporary file in the same directory, which then replaces the target with
-`os.replace`. Files are read as UTF-8 (undecodable bytes shown as U+FFFD); files with NUL bytes
-in their first 8 KiB count as binary and are refused.
+The event loop is never blocked: all file I/O runs in worker threads. The read tools
+(``read_file``, ``list_dir``, ``glob_files``, ``grep_files``) run under a time budget
+(`SEARCH_SECONDS`) and a cancel flag that their work checks per line and per directory entry, since
+a thread cannot be killed: when the budget runs out they return what they found with a note, and
+when the call is cancelled (its timeout, an interrupt) the thread stops at the next check.
+``grep_files`` matches with RE2 (``google-re2``), a linear-time engine that releases the GIL, so no
+pattern can backtrack for seconds (``(a+)+$``) or freeze the loop; patterns RE2 cannot run
+(backreferences, lookaround) get a `ToolRetry` saying what is unsupported.
+
+Writes are atomic: the new content goes to a temporary file in the same directory, which then
+replaces the target with `os.replace`. Files are read as UTF-8 (undecodable bytes shown as U+FFFD);
+files with NUL bytes in their first 8 KiB count as binary and are refused.
 
 Not a sandbox against a concurrent attacker on the same machine: a directory swapped for a symlink
 between the check and the I/O is not detected. Run untrusted agents in a container.
@@ -29,14 +37,17 @@ between the check and the I/O is not detected. Run untrusted agents in a contain
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
+import heapq
+import importlib
 import os
 import re
 import stat
 import tempfile
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Annotated, Any, BinaryIO
 
 from pydantic import Field
@@ -77,8 +88,15 @@ MAX_GREP_FILE_BYTES = 4_000_000
 """Larger files are skipped by ``grep_files``."""
 MAX_WALK_ENTRIES = 200_000
 SEARCH_SECONDS = 20.0
-"""Time budget of one glob or grep walk; the results found so far are returned with a note."""
+"""Time budget of one read-only call (a walk, a grep, a long read); what was found so far is returned with a note."""
 MAX_PATTERN_CHARS = 1000
+MAX_REGEX_PROGRAM = 10_000
+"""Largest compiled RE2 program ``grep_files`` runs (``.{1000}`` is about 8000 instructions)."""
+_REGEX_WORK = 20_000_000
+"""Program size x bytes one RE2 call may scan: well under a second even when RE2 falls back from its DFA
+to its NFA (tens of ns per unit); longer lines are searched in overlapping windows of that size."""
+_MIN_WINDOW = 2048
+_SORT_IN_ONE_GO = 10_000
 _SNIFF_BYTES = 8192
 _COUNT_LINES_UP_TO = 20_000_000
 _NEW_FILE_MODE = 0o644
@@ -137,7 +155,7 @@ class FileTools:
 
     # -- the tools ------------------------------------------------------------------------------------
     @tool(read_only=True)
-    def read_file(
+    async def read_file(
         self,
         path: str,
         offset: Annotated[int, Field(ge=0)] = 0,
@@ -153,6 +171,59 @@ class FileTools:
             offset: Lines to skip before the first line returned (0 starts at the top).
             limit: Most lines to return.
         """
+        return await _off_loop(functools.partial(self._read_file, path, offset, limit))
+
+    @tool(read_only=True)
+    async def list_dir(self, path: str = ".") -> str:
+        """List a directory of the workspace: subdirectories end with "/", symlinks with "@".
+
+        Args:
+            path: Directory path relative to the workspace root ("." for the root).
+        """
+        return await _off_loop(functools.partial(self._list_dir, path))
+
+    @tool(read_only=True)
+    async def glob_files(self, pattern: str, path: str = ".") -> str:
+        """Find files and directories by glob pattern, e.g. "**/*.py" or "src/**/test_*.{py,txt}".
+
+        `*` and `?` match inside one path segment, `**` matches any number of directories, `[abc]`
+        and `{a,b}` are supported. Results are relative to the workspace root, sorted; directories
+        end with "/". Protected paths and directories like .git and node_modules are skipped.
+
+        Args:
+            pattern: Glob pattern, relative to `path`.
+            path: Directory to search from, relative to the workspace root.
+        """
+        return await _off_loop(functools.partial(self._glob_files, pattern, path))
+
+    @tool(read_only=True)
+    async def grep_files(
+        self,
+        pattern: str,
+        path: str = ".",
+        glob: str | None = None,
+        max_matches: Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES)] = 200,
+        ignore_case: bool = False,
+    ) -> str:
+        r"""Search file contents with a regular expression, line by line.
+
+        The syntax is RE2's: like Python `re` without backreferences, lookahead/lookbehind or
+        possessive quantifiers (the engine runs in linear time). Prints "path:line: text" for each
+        matching line. Binary files, very large files, protected paths and directories like .git
+        and node_modules are skipped.
+
+        Args:
+            pattern: Regular expression to search for, e.g. "def \w+_handler" or "TODO|FIXME".
+            path: File or directory to search, relative to the workspace root.
+            glob: Only search files matching this glob, e.g. "*.py" (matched against the file
+                name) or "src/**/*.ts" (matched against the path below `path`).
+            max_matches: Stop after this many matching lines.
+            ignore_case: Match letters in any case.
+        """
+        return await _off_loop(functools.partial(self._grep_files, pattern, path, glob, max_matches, ignore_case))
+
+    # -- the tools' bodies (in a worker thread, checking `budget`) ---------------------------------------
+    def _read_file(self, path: str, offset: int, limit: int, budget: _Budget) -> str:
         real, rel = self._resolve(path)
         self._require_file(real, rel)
         with open(real, "rb") as f:
@@ -161,7 +232,7 @@ class FileTools:
             size = 0
             line_no = 0
             stop: str | None = None
-            for raw_line, cut in _lines(f):
+            for raw_line, cut in _lines(f, budget):
                 line_no += 1
                 if line_no <= offset:
                     continue
@@ -177,6 +248,13 @@ class FileTools:
                     break
                 out.append(entry)
                 size += len(entry) + 1
+            if stop is None and budget.expired:  # `_lines` ended early: the budget ran out
+                if not out:
+                    raise ToolRetry(
+                        f"Stopped after {budget.seconds:g} s at line {line_no} of {rel} before reaching offset "
+                        f"{offset}; the file is too large to read that far."
+                    )
+                stop = "time"
             if stop is None:
                 if not out:
                     if line_no == 0:
@@ -184,59 +262,62 @@ class FileTools:
                     raise ToolRetry(f"offset {offset} is past the end of {rel}, which has {line_no} lines.")
                 return "\n".join(out)
             # `line_no` counts the line that was read but not shown.
-            total = _count_rest(f, line_no) if os.fstat(f.fileno()).st_size <= _COUNT_LINES_UP_TO else None
+            total = (
+                _count_rest(f, line_no, budget)
+                if stop != "time" and os.fstat(f.fileno()).st_size <= _COUNT_LINES_UP_TO
+                else None
+            )
         last = offset + len(out)
         of_total = f" of {total}" if total is not None else ""
-        why = "" if stop == "lines" else " (output size limit)"
+        why = {"lines": "", "size": " (output size limit)", "time": f" (stopped after {budget.seconds:g} s)"}[stop]
         out.append(
             f"[... truncated{why}: showed lines {offset + 1}-{last}{of_total}; "
             f"call read_file with offset={last} to read on]"
         )
         return "\n".join(out)
 
-    @tool(read_only=True)
-    def list_dir(self, path: str = ".") -> str:
-        """List a directory of the workspace: subdirectories end with "/", symlinks with "@".
-
-        Args:
-            path: Directory path relative to the workspace root ("." for the root).
-        """
+    def _list_dir(self, path: str, budget: _Budget) -> str:
         real, rel = self._resolve(path)
         if not os.path.isdir(real):
             raise ToolRetry(f"{rel} is not a directory." if os.path.exists(real) else f"{rel} does not exist.")
+        count = 0
+        stopped = False
+
+        def counted(it: Iterator[os.DirEntry[str]]) -> Iterator[os.DirEntry[str]]:
+            nonlocal count, stopped
+            for entry in it:
+                count += 1
+                if count % 256 == 0 and budget.expired:
+                    stopped = True
+                    return
+                yield entry
+
         try:
-            entries = sorted(os.scandir(real), key=lambda e: e.name)
+            with os.scandir(real) as it:
+                # The first entries by name without sorting a huge directory in one C call (that holds the GIL).
+                entries = heapq.nsmallest(MAX_LIST_ENTRIES, counted(it), key=lambda e: e.name)
         except OSError as exc:
             raise ToolRetry(f"Cannot list {rel}: {exc.strerror or exc}.") from None
         lines: list[str] = []
-        for entry in entries[:MAX_LIST_ENTRIES]:
+        for entry in entries:
+            budget.check()
             lines.append(self._describe_entry(entry))
-        header = f"{rel}/ ({len(entries)} entries)" if rel != "." else f"./ ({len(entries)} entries)"
+        counted_text = f"{count}+ entries, stopped after {budget.seconds:g} s" if stopped else f"{count} entries"
+        header = f"{rel}/ ({counted_text})" if rel != "." else f"./ ({counted_text})"
         if not entries:
             return f"{header}: empty directory"
-        if len(entries) > MAX_LIST_ENTRIES:
-            lines.append(f"[... {len(entries) - MAX_LIST_ENTRIES} more entries not shown]")
+        if count > MAX_LIST_ENTRIES:
+            lines.append(f"[... {count - MAX_LIST_ENTRIES} more entries not shown]")
         return header + "\n" + "\n".join(lines)
 
-    @tool(read_only=True)
-    def glob_files(self, pattern: str, path: str = ".") -> str:
-        """Find files and directories by glob pattern, e.g. "**/*.py" or "src/**/test_*.{py,txt}".
-
-        `*` and `?` match inside one path segment, `**` matches any number of directories, `[abc]`
-        and `{a,b}` are supported. Results are relative to the workspace root, sorted; directories
-        end with "/". Protected paths and directories like .git and node_modules are skipped.
-
-        Args:
-            pattern: Glob pattern, relative to `path`.
-            path: Directory to search from, relative to the workspace root.
-        """
+    def _glob_files(self, pattern: str, path: str, budget: _Budget) -> str:
         parts_list = _compile_glob(pattern)
         real, rel = self._resolve(path)
         if not os.path.isdir(real):
             raise ToolRetry(f"{rel} is not a directory." if os.path.exists(real) else f"{rel} does not exist.")
         found: list[str] = []
         more = False
-        walk = _Walk(self, real)
+        walk = _Walk(self, real, budget)
         for _full, entry_rel, is_dir in walk:
             below = os.path.relpath(os.path.join(self.root, entry_rel), real).replace(os.sep, "/")
             if any(glob_match(parts, below.split("/")) for parts in parts_list):
@@ -254,44 +335,22 @@ class FileTools:
             found.append(f"[... {walk.stopped}: results may be incomplete]")
         return "\n".join(found)
 
-    @tool(read_only=True)
-    def grep_files(
-        self,
-        pattern: str,
-        path: str = ".",
-        glob: str | None = None,
-        max_matches: Annotated[int, Field(ge=1, le=MAX_GREP_MATCHES)] = 200,
-        ignore_case: bool = False,
+    def _grep_files(
+        self, pattern: str, path: str, glob: str | None, max_matches: int, ignore_case: bool, budget: _Budget
     ) -> str:
-        r"""Search file contents with a regular expression (Python `re` syntax), line by line.
-
-        Prints "path:line: text" for each matching line. Binary files, very large files, protected
-        paths and directories like .git and node_modules are skipped.
-
-        Args:
-            pattern: Regular expression to search for, e.g. "def \w+_handler" or "TODO|FIXME".
-            path: File or directory to search, relative to the workspace root.
-            glob: Only search files matching this glob, e.g. "*.py" (matched against the file
-                name) or "src/**/*.ts" (matched against the path below `path`).
-            max_matches: Stop after this many matching lines.
-            ignore_case: Match letters in any case.
-        """
-        if len(pattern) > MAX_PATTERN_CHARS:
-            raise ToolRetry(f"The pattern is longer than {MAX_PATTERN_CHARS} characters.")
-        try:
-            regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
-            raise ToolRetry(f"Invalid regular expression {pattern!r}: {exc}. Use Python `re` syntax.") from None
+        regex = _compile_regex(pattern, ignore_case)
         filters = _compile_glob(glob) if glob else None
         by_name = glob is not None and "/" not in glob
         real, rel = self._resolve(path)
         if not os.path.exists(real):
             raise ToolRetry(f"{rel} does not exist.")
+        if not os.path.isdir(real) and not os.path.isfile(real):
+            raise ToolRetry(f"{rel} is not a regular file.")
         matches: list[str] = []
         files_with_matches = 0
         walk: _Walk | None = None
         if os.path.isdir(real):
-            walk = _Walk(self, real)
+            walk = _Walk(self, real, budget)
             candidates: Iterator[tuple[str, str, bool]] = iter(walk)
         else:
             candidates = iter([(real, rel, False)])
@@ -304,18 +363,23 @@ class FileTools:
                 subject = [below.rsplit("/", 1)[-1]] if by_name else below.split("/")
                 if not any(glob_match(parts, subject) for parts in filters):
                     continue
-            found = _grep_file(full, entry_rel, regex, max_matches - len(matches))
+            found = _grep_file(full, entry_rel, regex, max_matches - len(matches), budget)
             if found:
                 files_with_matches += 1
                 matches.extend(found)
             if len(matches) >= max_matches:
                 full_stop = True
                 break
+            if budget.expired:
+                break
         notes: list[str] = []
         if full_stop:
             notes.append(f"[... stopped at {max_matches} matches; narrow the pattern, path or glob]")
-        if walk is not None and walk.stopped:
-            notes.append(f"[... {walk.stopped}: results may be incomplete]")
+        stopped = walk.stopped if walk is not None and walk.stopped else ""
+        if not stopped and not full_stop and budget.expired:
+            stopped = f"stopped after {budget.seconds:g} s"
+        if stopped:
+            notes.append(f"[... {stopped}: results may be incomplete]")
         if not matches:
             return f"No matches for {pattern!r} under {rel}." + ("\n" + "\n".join(notes) if notes else "")
         summary = f"{len(matches)} matching line(s) in {files_with_matches} file(s)"
@@ -393,6 +457,12 @@ class FileTools:
             raise ToolRetry(
                 f"`old` occurs {count} times in {rel} (lines {where}). Include more surrounding lines to make it "
                 "unique, or set replace_all to true to replace every occurrence."
+            )
+        if replace_all and len(text) + count * (len(new) - len(old)) > self.max_write_bytes:
+            # Checked before replacing: a short `old` with a long `new` could build a huge string.
+            raise ToolRetry(
+                f"Replacing all {count} occurrences would make the file larger than {self.max_write_bytes} bytes, "
+                "the limit."
             )
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         encoded = updated.encode("utf-8")
@@ -502,14 +572,17 @@ def _refuse_binary(f: BinaryIO, rel: str) -> None:
         raise ToolRetry(f"{rel} is a binary file; read_file and edit_file handle text files only.")
 
 
-def _lines(f: BinaryIO, cap: int = MAX_LINE_CHARS * 4) -> Iterator[tuple[bytes, bool]]:
-    """Lines of `f` as ``(bytes, cut)``; a line longer than `cap` bytes is cut and the rest skipped."""
-    while True:
+def _lines(f: BinaryIO, budget: _Budget, cap: int = MAX_LINE_CHARS * 4) -> Iterator[tuple[bytes, bool]]:
+    """Lines of `f` as ``(bytes, cut)``; a line longer than `cap` bytes is cut and the rest skipped.
+
+    Ends early (silently) when `budget` expires: the caller checks `budget.expired`.
+    """
+    while not budget.expired:
         line = f.readline(cap)
         if not line:
             return
         if len(line) == cap and not line.endswith(b"\n"):
-            while True:  # skip the rest of the long line without holding it in memory
+            while not budget.expired:  # skip the rest of the long line without holding it in memory
                 rest = f.readline(cap)
                 if not rest or rest.endswith(b"\n"):
                     break
@@ -518,11 +591,11 @@ def _lines(f: BinaryIO, cap: int = MAX_LINE_CHARS * 4) -> Iterator[tuple[bytes, 
             yield line, False
 
 
-def _count_rest(f: BinaryIO, seen: int) -> int:
+def _count_rest(f: BinaryIO, seen: int, budget: _Budget) -> int | None:
     count = seen
-    for _ in _lines(f):
+    for _ in _lines(f, budget):
         count += 1
-    return count
+    return None if budget.expired else count
 
 
 def _atomic_write(real: str, data: bytes, rel: str) -> None:
@@ -564,20 +637,231 @@ def _occurrence_lines(text: str, old: str, most: int = 10) -> str:
     return ", ".join(lines)
 
 
-def _grep_file(full: str, rel: str, regex: re.Pattern[str], budget: int) -> list[str]:
+# -- running off the loop -----------------------------------------------------------------------------
+class _CancelledError(Exception):
+    """The call that started the work was cancelled; the worker thread unwinds."""
+
+
+class _Budget:
+    """The time budget and cancel flag of work running in a worker thread.
+
+    A thread cannot be killed, so the work itself checks `expired` (or `check`) often: per line,
+    per directory entry, per regex window. Cancellation raises `_CancelledError` there; running out of
+    time makes `expired` true so the work returns what it has.
+    """
+
+    __slots__ = ("_cancelled", "deadline", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def check(self) -> None:
+        if self._cancelled:
+            raise _CancelledError
+
+    @property
+    def expired(self) -> bool:
+        if self._cancelled:
+            raise _CancelledError
+        return time.monotonic() > self.deadline
+
+
+async def _off_loop(work: Callable[[_Budget], str], seconds: float | None = None) -> str:
+    """Run `work(budget)` in a worker thread; cancelling the call tells the thread to stop."""
+    budget = _Budget(SEARCH_SECONDS if seconds is None else seconds)
     try:
-        if os.path.getsize(full) > MAX_GREP_FILE_BYTES:
-            return []
-        with open(full, "rb") as f:
-            data = f.read()
+        return await asyncio.to_thread(work, budget)
+    except asyncio.CancelledError:
+        budget.cancel()
+        raise
+
+
+# -- grep -----------------------------------------------------------------------------------------------
+_re2_module: Any = None
+
+
+def _re2() -> Any:
+    """The ``re2`` module (google-re2), imported on first use."""
+    global _re2_module
+    if _re2_module is None:
+        try:
+            _re2_module = importlib.import_module("re2")
+        except ImportError:
+            raise UserError("grep_files needs the google-re2 package: pip install google-re2") from None
+    return _re2_module
+
+
+class _Regex:
+    """A compiled RE2 pattern that says whether a line matches, in bounded steps."""
+
+    __slots__ = ("_search", "window")
+
+    def __init__(self, compiled: Any, program_size: int) -> None:
+        self._search = compiled.search
+        # RE2 is linear in the text, but its slowest mode (NFA) costs about text x program size: a long
+        # line is searched in overlapping windows so each call stays short and the budget is checked.
+        # Exact for lines up to `window` bytes; on longer lines a match must fit in half a window.
+        self.window = max(_MIN_WINDOW, _REGEX_WORK // max(program_size, 1))
+
+    def matches(self, line: bytes, budget: _Budget) -> bool:
+        size = len(line)
+        if size <= self.window:
+            return self._search(line) is not None
+        step = self.window // 2
+        for start in range(0, size, step):
+            if budget.expired:
+                return False
+            # pos/endpos keep the whole line as context: ^, $ and \b only match where they really would.
+            if self._search(line, start, min(size, start + self.window)) is not None:
+                return True
+            if start + self.window >= size:
+                break
+        return False
+
+
+def _compile_regex(pattern: str, ignore_case: bool) -> _Regex:
+    """Compile a model-supplied pattern with RE2; `ToolRetry` says what is wrong or unsupported."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolRetry(f"The pattern is longer than {MAX_PATTERN_CHARS} characters.")
+    re2 = _re2()
+    options = re2.Options()
+    options.log_errors = False  # errors go to the model, not to stderr
+    options.never_capture = True  # only "does the line match": lets RE2 use its fastest engines
+    options.case_sensitive = not ignore_case
+    translated, unsupported = _scan_pattern(pattern)
+    try:
+        compiled = re2.compile(translated, options)
+    except re2.error as exc:
+        if unsupported:
+            raise ToolRetry(
+                f"The pattern {pattern!r} uses {'; '.join(unsupported)}, which grep_files does not support: it "
+                "matches with RE2, a linear-time engine without backtracking (so no pattern can hang the "
+                "search). Rewrite the pattern without them, e.g. search for a simpler pattern and check the "
+                "matching lines."
+            ) from None
+        reason = _re2_error_text(exc)
+        hint = ""
+        if "repetition size" in reason:
+            hint = " Counted repetitions like {n,m} are limited to 1000, nested ones multiplied."
+        elif "too large" in reason:
+            hint = " The pattern is too complex; simplify it."
+        raise ToolRetry(
+            f"Invalid regular expression {pattern!r}: {reason}.{hint} grep_files uses RE2 syntax (Python `re` "
+            "syntax without backreferences, lookaround or possessive quantifiers)."
+        ) from None
+    regexp = getattr(compiled, "_regexp", None)
+    size = int(regexp.ProgramSize()) if regexp is not None else MAX_REGEX_PROGRAM
+    if size > MAX_REGEX_PROGRAM:
+        raise ToolRetry(
+            f"The pattern {pattern!r} is too complex (it compiles to {size} instructions; the limit is "
+            f"{MAX_REGEX_PROGRAM}). Use smaller counted repetitions ({{n,m}}) or character classes."
+        )
+    return _Regex(compiled, size)
+
+
+def _re2_error_text(exc: BaseException) -> str:
+    arg = exc.args[0] if exc.args else ""
+    text = arg.decode("utf-8", errors="replace") if isinstance(arg, bytes) else str(arg)
+    return text.rstrip(".") or "syntax error"
+
+
+_UNSUPPORTED_GROUPS = (
+    ("(?P=", "named backreferences ((?P=name))"),
+    ("(?=", "lookahead ((?=...))"),
+    ("(?!", "negative lookahead ((?!...))"),
+    ("(?<=", "lookbehind ((?<=...))"),
+    ("(?<!", "negative lookbehind ((?<!...))"),
+    ("(?>", "atomic groups ((?>...))"),
+    ("(?(", "conditional groups ((?(1)...))"),
+    ("(?#", "comments ((?#...))"),
+)
+_INLINE_FLAGS = re.compile(r"\(\?([a-zA-Z]+)[:)]")
+
+
+def _scan_pattern(pattern: str) -> tuple[str, list[str]]:
+    r"""The pattern in RE2 spelling (Python's ``\Z`` is RE2's ``\z``) and the Python-only constructs it uses."""
+    out: list[str] = []
+    found: list[str] = []
+
+    def note(what: str) -> None:
+        if what not in found:
+            found.append(what)
+
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if not in_class and nxt in "123456789" and nxt:
+                note(f"backreferences (\\{nxt})")
+            out.append("\\z" if nxt == "Z" and not in_class else c + nxt)
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            for lead in ("^", "]"):  # "[]...]" and "[^]...]": the first "]" is a literal
+                if pattern.startswith(lead, i):
+                    out.append(lead)
+                    i += 1
+            continue
+        elif c == "(":
+            for prefix, what in _UNSUPPORTED_GROUPS:
+                if pattern.startswith(prefix, i):
+                    note(what)
+            flags = _INLINE_FLAGS.match(pattern, i)
+            if flags is not None and set(flags.group(1)) - set("imsU-"):
+                note(f"inline flags other than i, m and s ((?{flags.group(1)}))")
+        elif c in "*+?}" and pattern.startswith("+", i + 1):
+            note(f"possessive quantifiers ({c}+)")
+        out.append(c)
+        i += 1
+    return "".join(out), found
+
+
+def _grep_file(full: str, rel: str, regex: _Regex, budget: int, work: _Budget) -> list[str]:
+    """The ``path:line: text`` entries of `full`'s matching lines (at most `budget`)."""
+    try:
+        # Non-blocking open: a FIFO (or a device) found by the walk must not hang the worker thread.
+        with open(os.open(full, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_GREP_FILE_BYTES:
+                return []
+            data = f.read(MAX_GREP_FILE_BYTES + 1)
     except OSError:
         return []
-    if b"\x00" in data[:_SNIFF_BYTES]:
+    if b"\x00" in data[:_SNIFF_BYTES] or len(data) > MAX_GREP_FILE_BYTES:
         return []
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:  # matched as text: undecodable bytes become U+FFFD, as read_file shows them
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
     found: list[str] = []
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if regex.search(line) is not None:
-            shown = line if len(line) <= GREP_LINE_CHARS else line[:GREP_LINE_CHARS] + " [...]"
+    # Lines end at "\n" (a trailing "\r" is dropped), so the numbers agree with read_file.
+    start, end_of_data, number = 0, len(data), 0
+    while start < end_of_data:
+        if work.expired:  # per line: with a pathological pattern one line may cost milliseconds
+            break
+        cut = data.find(b"\n", start)
+        stop = end_of_data if cut < 0 else cut
+        line = data[start:stop]
+        start = stop + 1
+        number += 1
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if regex.matches(line, work):
+            shown = line[: GREP_LINE_CHARS * 4].decode("utf-8", errors="ignore")  # never decode a huge line
+            if len(shown) > GREP_LINE_CHARS or len(line) > GREP_LINE_CHARS * 4:
+                shown = shown[:GREP_LINE_CHARS] + " [...]"
             found.append(f"{rel}:{number}: {shown}")
             if len(found) >= budget:
                 break
@@ -588,52 +872,84 @@ class _Walk:
     """The entries below a directory, safe for the workspace: ``(real path, rel to root, is_dir)``.
 
     Skips `skip_dirs`, protected paths and symlinks that lead out of the workspace; never descends
-    into directory symlinks; stops after `MAX_WALK_ENTRIES` entries or `SEARCH_SECONDS` and says so
-    in `stopped`.
+    into directory symlinks; checks `budget` per entry and stops after `MAX_WALK_ENTRIES` entries or
+    when the budget is spent, saying so in `stopped`.
     """
 
-    def __init__(self, tools: FileTools, top: str) -> None:
+    def __init__(self, tools: FileTools, top: str, budget: _Budget) -> None:
         self.tools = tools
         self.top = top
+        self.budget = budget
         self.stopped = ""
+        self._seen = 0
 
     def __iter__(self) -> Iterator[tuple[str, str, bool]]:
         tools = self.tools
         root = tools.root
-        deadline = time.monotonic() + SEARCH_SECONDS
-        seen = 0
-        for dirpath, dirnames, filenames in os.walk(self.top, followlinks=False):
-            keep: list[str] = []
-            for name in sorted(dirnames):
-                full = os.path.join(dirpath, name)
-                if name in tools.skip_dirs or tools._dangerous(full):
-                    continue
-                if os.path.islink(full):
+        pending = [self.top]
+        while pending:
+            directory = pending.pop()
+            subdirs: list[str] = []
+            for name, is_dir, is_link in self._entries(directory):
+                if self.budget.expired:
+                    self.stopped = f"stopped after {self.budget.seconds:g} s"
+                    return
+                full = os.path.join(directory, name)
+                if is_link:
                     target = os.path.realpath(full)
-                    if _inside(root, target) and not tools._dangerous(target):
-                        yield full, _rel(root, full), True  # listed, not descended into
+                    if not _inside(root, target) or tools._dangerous(full) or tools._dangerous(target):
+                        continue
+                    if os.path.isdir(target):
+                        if name not in tools.skip_dirs:
+                            yield full, _rel(root, full), True  # listed, not descended into
+                    elif os.path.isfile(target):
+                        yield target, _rel(root, full), False
                     continue
-                keep.append(name)
-                yield full, _rel(root, full), True
-            dirnames[:] = keep
-            for name in sorted(filenames):
-                seen += 1
-                if seen > MAX_WALK_ENTRIES:
-                    self.stopped = f"stopped after {MAX_WALK_ENTRIES} files"
-                    return
-                if time.monotonic() > deadline:
-                    self.stopped = f"stopped after {SEARCH_SECONDS:g} s"
-                    return
-                full = os.path.join(dirpath, name)
+                if is_dir:
+                    if name in tools.skip_dirs or tools._dangerous(full):
+                        continue
+                    subdirs.append(full)
+                    yield full, _rel(root, full), True
+                    continue
                 if tools._dangerous(full):
                     continue
-                if os.path.islink(full):
-                    target = os.path.realpath(full)
-                    if not _inside(root, target) or tools._dangerous(target) or not os.path.isfile(target):
-                        continue
-                    yield target, _rel(root, full), False
-                    continue
                 yield full, _rel(root, full), False
+            if self.stopped:
+                return
+            pending.extend(reversed(subdirs))
+
+    def _entries(self, directory: str) -> Iterator[tuple[str, bool, bool]]:
+        """``(name, is_dir, is_symlink)`` of `directory`, by name."""
+        found: list[tuple[str, bool, bool]] = []
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    self._seen += 1
+                    if self._seen > MAX_WALK_ENTRIES:
+                        self.stopped = f"stopped after {MAX_WALK_ENTRIES} entries"
+                        break
+                    if self._seen % 256 == 0 and self.budget.expired:
+                        self.stopped = f"stopped after {self.budget.seconds:g} s"
+                        break
+                    try:
+                        is_link = entry.is_symlink()
+                        is_dir = not is_link and entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    found.append((entry.name, is_dir, is_link))
+        except OSError:
+            return iter(())
+        return _in_order(found)
+
+
+def _in_order(items: list[tuple[str, bool, bool]]) -> Iterator[tuple[str, bool, bool]]:
+    """`items` sorted by name; a huge list is heap-sorted step by step (one C sort would hold the GIL)."""
+    if len(items) <= _SORT_IN_ONE_GO:
+        yield from sorted(items)
+        return
+    heapq.heapify(items)
+    while items:
+        yield heapq.heappop(items)
 
 
 # -- glob ---------------------------------------------------------------------------------------------

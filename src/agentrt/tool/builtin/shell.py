@@ -20,18 +20,28 @@ Permissions: the tool is destructive, so every call asks for approval by default
 user accepts, e.g. ``run_command`` with ``{"command": "pytest*"}``, then apply). Its
 ``check_permission`` denies commands that name protected paths (``cat ~/.ssh/id_rsa``,
 ``cat .env``, ``cp .git/config x``, ``python -c "open('.env')"``), in every mode including
-``BYPASS``: tokens are scanned with `shlex`, ``~`` and ``$HOME`` expanded, globs expanded in the
-workspace, and each path-like word checked with `agentrt.permission.refuse_dangerous_path`. This
-is a best-effort guard, not a sandbox: a program may still read protected files it is not told
-about (``grep -r KEY .`` reads ``.env``), and obfuscated commands get through. Approval is the gate;
+``BYPASS``: shell words are scanned (quotes removed), ``~`` and ``$HOME`` expanded, globs expanded in the
+workspace (bounded, since the check runs on the event loop: a glob too big to expand is refused),
+and each path-like word checked with `agentrt.permission.refuse_dangerous_path`. This is a
+best-effort guard, not a sandbox: a program may still read protected files it is not told about
+(``grep -r KEY .`` reads ``.env``), and obfuscated commands get through. Approval is the gate;
 run untrusted agents in a container.
 
 With ``auto_allow_read_only=True`` the check also *allows* (without asking) simple read-only
-commands: one program from `READ_ONLY_COMMANDS` (``ls``, ``pwd``, ``cat``, ``head``, ``tail``, ``wc``,
-``grep`` without recursion ...) or ``git status|diff|log|show``, no shell operators, globs or
-variables, every argument inside the workspace and not protected. Off by default: git runs hooks
-from the repository configuration (``core.fsmonitor``, diff drivers), so enable it only for
-repositories you trust.
+commands, judged by an allow-list: one program from `READ_ONLY_COMMANDS` (``ls``, ``pwd``, ``cat``,
+``head``, ``tail``, ``wc``, ``stat``, ``file``, ``du``, ``grep``, ``tree``) or ``git status|diff|log|show``,
+with no shell syntax at all (operators, redirections, globs, variables, ``~``), only options known to
+be safe for that program (spelled in full: ``--recur`` is unknown), and operands that are inside the
+workspace, not protected, and regular files or directories (a FIFO would block). So ``grep -r``,
+``grep -d recurse``, ``tail -f``/``-F``/``--follow``, ``file -f``/``-z``, ``wc --files0-from``,
+``ls -L``, ``du -L``, ``tree -o`` and git's ``--output``, ``--ext-diff``, ``--textconv`` and global
+options (``-c``, ``--git-dir``, ``--work-tree``, ``--exec-path``) all ask. Recursion (``ls -R``,
+``du``, ``tree``) is allowed only when the tree below each operand holds no protected path (checked
+in bounded time; a tree too big to check asks). ``git diff``, ``git show`` and ``git log -p``
+print file contents, also of protected files the repository tracks, so they are read-only only
+with a names-only format (``--stat``, ``--name-only`` ...) or when limited to named regular files
+(``git diff -- src/app.py``). Off by default: git runs programs named by the repository
+configuration (``core.fsmonitor``, diff drivers), so enable it only for repositories you trust.
 """
 
 from __future__ import annotations
@@ -39,15 +49,18 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import dataclasses
+import fnmatch
 import functools
-import glob as _glob
 import os
 import re
 import shlex
 import shutil
 import signal
+import stat
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -72,10 +85,6 @@ DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_OUTPUT = 64_000
 DEFAULT_MAX_TIMEOUT = 600.0
 MAX_COMMAND_CHARS = 100_000
-READ_ONLY_COMMANDS = frozenset({"ls", "pwd", "cat", "head", "tail", "wc", "stat", "file", "du", "grep", "tree"})
-"""Programs ``auto_allow_read_only`` lets run without approval (with arguments inside the workspace)."""
-READ_ONLY_GIT_COMMANDS = frozenset({"status", "diff", "log", "show"})
-"""Git subcommands ``auto_allow_read_only`` lets run without approval."""
 
 _SAFE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
 _FIXED_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
@@ -85,10 +94,12 @@ _REAP_SECONDS = 5.0
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _SPLIT_WORDS = re.compile(r"[\s'\"`=:,;()<>|&{}\[\]]+")
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\n\r*?\[\]~!#\\]")
-_MAX_CANDIDATES = 5000
-_MAX_GLOB_MATCHES = 200
-_RECURSIVE_GREP = re.compile(r"^-[A-Za-z]*[rR]|^--recursive$|^--dereference-recursive$|^--directories")
-_GIT_WRITE_OPTIONS = ("--output", "--ext-diff", "--textconv", "--exec", "-o")
+_CHECK_BUDGET = 60_000
+"""What checking one command may cost (on the event loop): 1 a word or a directory entry globbed,
+`_LOOKUP_COST` a lookup, `_CHECK_COST` a path check (about 1 microsecond a unit); and `_CHECK_SECONDS`."""
+_LOOKUP_COST = 10
+_CHECK_SECONDS = 0.08
+_CHECK_COST = 40
 
 
 class ShellTool:
@@ -396,14 +407,36 @@ class _Streamer:
 
 
 # -- command analysis ---------------------------------------------------------------------------------
+_SHELL_WORD = re.compile(r"""(?:[^\s'"\\;&|<>()]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+|[;&|<>()]+""", re.DOTALL)
+_WORD_PART = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)|([^'"\\]+)""", re.DOTALL)
+_QUOTED_ESCAPE = re.compile(r"""\\([\\"$`\n])""")
+
+
 def _tokens(command: str) -> list[str]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        return list(lexer)
-    except ValueError:  # unbalanced quotes: fall back to plain words
-        return command.split()
+    """The shell words of `command` with quotes and escapes removed (``'.e'nv`` is ``.env``), operators apart.
+
+    Regular expressions rather than `shlex`, which is some 50 times slower: this runs on the event
+    loop, and a command may carry a long here-document. After an unterminated quote the rest of
+    the command is read as plain words too.
+    """
+    words: list[str] = []
+    for match in _SHELL_WORD.finditer(command):
+        word = match.group()
+        if "'" in word or '"' in word or "\\" in word:
+            word = "".join(_unquote(part) for part in _WORD_PART.finditer(word))
+        words.append(word)
+    if command.count("'") % 2 or command.count('"') % 2:
+        words.extend(command.split())
+    return words
+
+
+def _unquote(part: re.Match[str]) -> str:
+    single, double, escaped, plain = part.groups()
+    if single is not None:
+        return single
+    if double is not None:
+        return _QUOTED_ESCAPE.sub(r"\1", double)
+    return escaped if escaped is not None else plain
 
 
 @functools.lru_cache(maxsize=1)
@@ -423,76 +456,539 @@ def _expand(word: str) -> str:
 def dangerous_references(command: str, root: str) -> list[str]:
     """The words of `command` that name protected paths (see `agentrt.permission.is_dangerous_path`).
 
-    Words are the `shlex` tokens of the command and the pieces of each token split at quotes,
-    ``=``, ``:``, commas and shell punctuation. A piece is checked when it looks like a path
-    (contains ``/`` or starts with ``.``, ``~`` or ``$``) or names an existing entry of `root`;
+    Words are the shell tokens of the command (quotes removed) and the pieces of each token split
+    at quotes, ``=``, ``:``, commas and shell punctuation. A piece is checked when it looks like a
+    path (contains ``/`` or starts with ``.``, ``~`` or ``$``) or names an existing entry of `root`;
     relative pieces are taken from `root`, ``~`` and ``$HOME`` are expanded, and glob pieces are
-    expanded in `root` (``cat .e*``).
+    expanded in `root` (``cat .e*``). This runs on the event loop (in the permission check), so the
+    work is bounded: a command with more paths or a bigger glob expansion than can be checked
+    quickly counts as touching a protected path (it is refused, not guessed at).
     """
     hits: list[str] = []
-    seen: set[str] = set()
-    candidates: list[str] = []
-    for token in _tokens(command):
-        candidates.append(token)
-        candidates.extend(p for p in _SPLIT_WORDS.split(token) if p and p != token)
-    for word in candidates[:_MAX_CANDIDATES]:
-        if word in seen:
-            continue
-        seen.add(word)
-        if _word_is_dangerous(word, root):
+    candidates: dict[str, None] = {}
+    for token in dict.fromkeys(_tokens(command)):
+        candidates[token] = None
+        if _SPLIT_WORDS.search(token):
+            candidates.update(dict.fromkeys(p for p in _SPLIT_WORDS.split(token) if p))
+    try:
+        names = frozenset(os.listdir(root))
+    except OSError:
+        names = frozenset()
+    budget = _CheckBudget()
+    for word in candidates:  # every word: one left unchecked could be the one naming a secret
+        budget.spend(1)
+        if _word_is_dangerous(word, root, names, budget):
             hits.append(word)
+        if budget.spent:
+            hits.append("(the rest of the command: too many paths to check)")
+            break
     return hits
 
 
-def _word_is_dangerous(word: str, root: str) -> bool:
+def _word_is_dangerous(word: str, root: str, names: frozenset[str], budget: _CheckBudget) -> bool:
     if word.startswith("-") and "=" not in word:
         return False
     expanded = _expand(word)
-    path_like = "/" in expanded or expanded.startswith((".", "~", "$"))
-    full = os.path.normpath(os.path.join(root, expanded))
-    if not path_like:
-        try:
-            path_like = os.path.lexists(full)
-        except (OSError, ValueError):
-            return False
-    if not path_like:
+    if not ("/" in expanded or expanded.startswith((".", "~", "$")) or expanded in names):
         return False
-    if refuse_dangerous_path(full) is not None:
-        return True
+    budget.spend(_CHECK_COST)
+    try:
+        full = os.path.normpath(os.path.join(root, expanded))
+        if refuse_dangerous_path(full) is not None:
+            return True
+    except (OSError, ValueError):
+        return False
     if _GLOB_CHARS.search(expanded):
-        try:
-            matches = _glob.glob(full, include_hidden=True)[:_MAX_GLOB_MATCHES]
-        except (OSError, ValueError, re.error):
-            return False
-        return any(refuse_dangerous_path(m) is not None for m in matches)
+        return _glob_is_dangerous(full, budget)
     return False
 
 
+class _CheckBudget:
+    """What checking one command may still cost: work units and time (it runs on the event loop)."""
+
+    __slots__ = ("deadline", "spent", "units")
+
+    def __init__(self) -> None:
+        self.units = _CHECK_BUDGET
+        self.deadline = time.monotonic() + _CHECK_SECONDS
+        self.spent = False
+
+    def spend(self, units: int) -> bool:
+        """Take `units`; True once the budget is spent (the caller then fails closed)."""
+        self.units -= units
+        if self.units < 0 or time.monotonic() > self.deadline:
+            self.spent = True
+        return self.spent
+
+
+def _glob_is_dangerous(pattern: str, budget: _CheckBudget) -> bool:
+    """Whether glob `pattern` (absolute) matches a protected path, hidden files included, like `glob.glob`.
+
+    Expanded segment by segment with `os.scandir`; `budget` (shared by the whole command) keeps it
+    short on a huge tree, and running out of it counts as a match (fail closed).
+    """
+    parts = pattern.split(os.sep)
+    first = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
+    current = [os.sep.join(parts[:first]) or os.sep]
+    for segment in parts[first:]:
+        found: list[str] = []
+        matches = re.compile(fnmatch.translate(segment)).match if _GLOB_CHARS.search(segment) else None
+        for directory in current:
+            if budget.spend(_LOOKUP_COST):
+                return True
+            if matches is None:
+                candidate = os.path.join(directory, segment)
+                if os.path.lexists(candidate):
+                    found.append(candidate)
+                continue
+            try:
+                with os.scandir(directory) as it:
+                    for entry in it:
+                        if budget.spend(1):
+                            return True
+                        if matches(entry.name) is not None:
+                            found.append(entry.path)
+            except OSError:
+                continue
+        current = found
+        if not current:
+            return False
+    return any(budget.spend(_CHECK_COST) or refuse_dangerous_path(match) is not None for match in current)
+
+
 def is_read_only_command(command: str, root: str) -> bool:
-    """Whether `command` is a simple read-only command confined to `root` (see the module docstring)."""
-    if _SHELL_SYNTAX.search(command):
+    """Whether `command` is a simple read-only command confined to `root` (see the module docstring).
+
+    An allow-list: the program must be one of `READ_ONLY_COMMANDS` (or ``git`` with a subcommand of
+    `READ_ONLY_GIT_COMMANDS`) and every option must be one known to be safe for it; anything else
+    (an unknown or abbreviated option, recursion into a tree holding a protected path, following a
+    file, running a program, writing a file) is not read-only, so the call asks.
+    """
+    if len(command) > _MAX_READ_ONLY_CHARS or _SHELL_SYNTAX.search(command) or "\x00" in command:
         return False
     try:
-        words = shlex.split(command)
+        words = shlex.split(command)  # short: checked above
     except ValueError:
         return False
     if not words:
         return False
     program, args = words[0], words[1:]
     if program == "git":
-        if not args or args[0] not in READ_ONLY_GIT_COMMANDS:
-            return False
-        args = args[1:]
-        if any(a.startswith(_GIT_WRITE_OPTIONS) for a in args):
-            return False
-    elif program not in READ_ONLY_COMMANDS or (program == "grep" and any(_RECURSIVE_GREP.match(a) for a in args)):
+        return _git_is_read_only(args, root)
+    spec = _SPECS.get(program)
+    if spec is None:
         return False
-    for arg in args:
-        if arg.startswith("-"):
-            if "=" in arg:
-                return False
+    parsed = _parse_options(spec, args)
+    if parsed is None:
+        return False
+    options, operands = parsed
+    if operands and not spec.operands:
+        return False
+    if program == "grep" and not any(name in ("e", "regexp") for name, _ in options):
+        operands = operands[1:]  # the first operand is the pattern, not a file
+    recursive = spec.recursive or any(name in spec.recursive_options for name, _ in options)
+    if recursive and not operands:
+        operands = ["."]
+    return _operands_are_safe(operands, root, recursive=recursive)
+
+
+# -- the allow-lists ------------------------------------------------------------------------------------------
+_Check = Callable[[str], bool]
+_NUMBER = re.compile(r"[+-]?[0-9]+[A-Za-z]{0,3}")
+_SIZE = re.compile(r"[0-9]*[A-Za-z]{0,3}")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _number(value: str) -> bool:
+    return _NUMBER.fullmatch(value) is not None
+
+
+def _size(value: str) -> bool:
+    return bool(value) and _SIZE.fullmatch(value) is not None
+
+
+def _text(value: str) -> bool:
+    """Free text (a pattern, a format): never opened, never run."""
+    return True
+
+
+def _one_of(*choices: str) -> _Check:
+    return frozenset(choices).__contains__
+
+
+_WHEN = _one_of("always", "never", "auto", "yes", "no", "force", "tty", "if-tty", "none")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Spec:
+    """The options of one program that are safe: they neither recurse, follow, run nor write anything.
+
+    Short options without a value are the letters of `flags`; short options with a value, and long
+    options, map to a check of the value. Long options must be spelled in full (GNU abbreviations
+    such as ``--recur`` are unknown, so not read-only).
+    """
+
+    flags: str = ""
+    short_values: Mapping[str, _Check] = dataclasses.field(default_factory=dict)
+    long_flags: frozenset[str] = frozenset()
+    long_values: Mapping[str, _Check] = dataclasses.field(default_factory=dict)
+    """Long options with a value: ``--name=value`` or ``--name value``."""
+    long_optional: Mapping[str, _Check] = dataclasses.field(default_factory=dict)
+    """Long options with an optional value, given only as ``--name=value``."""
+    numbers: bool = False
+    """``-NUM`` (``head -5``, ``grep -3``) is allowed: digits only, so ``tail -5f`` is not."""
+    operands: bool = True
+    recursive: bool = False
+    """Recurses into directory operands by itself (``du``, ``tree``)."""
+    recursive_options: frozenset[str] = frozenset()
+    """Options that make it recurse (``ls -R``)."""
+
+
+def _longs(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_HEAD_TAIL = _Spec(
+    flags="qvz",
+    short_values={"c": _number, "n": _number},
+    long_flags=_longs("quiet silent verbose zero-terminated"),
+    long_values={"bytes": _number, "lines": _number},
+    numbers=True,
+)  # tail: no -f/-F/--follow/--retry/--pid (they wait for more data)
+
+_SPECS: dict[str, _Spec] = {
+    "pwd": _Spec(flags="LP", operands=False),
+    "cat": _Spec(
+        flags="AbeEnstTuv",
+        long_flags=_longs("show-all number-nonblank show-ends number squeeze-blank show-tabs show-nonprinting"),
+    ),
+    "head": _HEAD_TAIL,
+    "tail": _HEAD_TAIL,
+    "wc": _Spec(flags="clmwL", long_flags=_longs("bytes chars lines words max-line-length")),  # no --files0-from
+    "stat": _Spec(
+        flags="Lft",
+        short_values={"c": _text},
+        long_flags=_longs("dereference file-system terse"),
+        long_values={"format": _text, "printf": _text},
+    ),
+    # No -z/-Z (decompressors), -f (names from a file), -m/-C (magic files: read or written), -s (devices).
+    "file": _Spec(
+        flags="bikLhNE0",
+        long_flags=_longs(
+            "brief mime mime-type mime-encoding keep-going no-pad dereference no-dereference print0 extension"
+        ),
+    ),
+    # du recurses by default; no -L/--dereference (follows links out of the tree), no --files0-from/-X.
+    "du": _Spec(
+        flags="0abcDhHklmPsSx",
+        short_values={"d": _number, "t": _number, "B": _size},
+        long_flags=_longs(
+            "all apparent-size bytes total human-readable si summarize separate-dirs one-file-system "
+            "count-links null no-dereference dereference-args inodes"
+        ),
+        long_values={"max-depth": _number, "threshold": _number, "block-size": _size, "exclude": _text},
+        recursive=True,
+    ),
+    # tree recurses by default; no -l (follows links), -R/-o (write files), --fromfile/--gitfile/--infofile.
+    "tree": _Spec(
+        flags="adfFiqNQpugshDvtcrUCnASxJX",
+        short_values={"L": _number, "P": _text, "I": _text},
+        long_flags=_longs("noreport dirsfirst filesfirst du prune inodes device ignore-case matchdirs si"),
+        long_values={"filelimit": _number, "charset": _text, "sort": _text, "timefmt": _text},
+        recursive=True,
+    ),
+    # ls: no -L/--dereference (with -R it would walk through links out of the tree).
+    "ls": _Spec(
+        flags="aAbBcCdDfFgGhHiklmnNopqQrRsStuUvxXZ1",
+        short_values={"I": _text, "w": _number, "T": _number},
+        long_flags=_longs(
+            "all almost-all author escape ignore-backups directory dired file-type full-time "
+            "group-directories-first no-group human-readable si dereference-command-line "
+            "dereference-command-line-symlink-to-dir hide-control-chars show-control-chars inode kibibytes "
+            "literal numeric-uid-gid quote-name recursive reverse size context"
+        ),
+        long_values={
+            "hide": _text,
+            "ignore": _text,
+            "sort": _one_of("none", "size", "time", "version", "extension", "width", "name"),
+            "time": _text,
+            "time-style": _text,
+            "format": _text,
+            "width": _number,
+            "tabsize": _number,
+            "block-size": _size,
+            "quoting-style": _text,
+            "indicator-style": _text,
+        },
+        long_optional={"color": _WHEN, "colour": _WHEN, "classify": _WHEN, "hyperlink": _WHEN},
+        recursive_options=frozenset({"R", "recursive"}),
+    ),
+    # grep reads only the files it is given: no -r/-R/--recursive/-d recurse, no -f/--file, no --include.
+    "grep": _Spec(
+        flags="EFGPiyvwxcLloqsbHhnTZzaIU",
+        short_values={
+            "e": _text,
+            "m": _number,
+            "A": _number,
+            "B": _number,
+            "C": _number,
+            "d": _one_of("read", "skip"),
+            "D": _one_of("read", "skip"),
+        },
+        long_flags=_longs(
+            "extended-regexp fixed-strings basic-regexp perl-regexp ignore-case no-ignore-case invert-match "
+            "word-regexp line-regexp count files-with-matches files-without-match only-matching quiet silent "
+            "no-messages byte-offset with-filename no-filename line-number initial-tab null null-data text "
+            "line-buffered"
+        ),
+        long_values={
+            "regexp": _text,
+            "max-count": _number,
+            "after-context": _number,
+            "before-context": _number,
+            "context": _number,
+            "directories": _one_of("read", "skip"),
+            "devices": _one_of("read", "skip"),
+            "binary-files": _one_of("binary", "text", "without-match"),
+            "label": _text,
+        },
+        long_optional={"color": _WHEN, "colour": _WHEN},
+        numbers=True,
+    ),
+}
+READ_ONLY_COMMANDS = frozenset(_SPECS)
+"""Programs ``auto_allow_read_only`` lets run without approval (with safe options and operands in the workspace)."""
+
+# git: no global options at all (-c, -C, --git-dir, --work-tree, --exec-path, --paginate ... before the subcommand).
+# Never --output, --ext-diff, --textconv, -O (an order file), --word-diff-regex or pickaxe options: unknown, so asking.
+_GIT_DIFF_FLAGS = (
+    "stat numstat shortstat name-only name-status summary patch no-patch no-ext-diff no-textconv no-color "
+    "minimal patience histogram ignore-all-space ignore-space-change ignore-space-at-eol ignore-blank-lines "
+    "ignore-cr-at-eol no-renames full-index binary abbrev find-renames find-copies irreversible-delete "
+    "text exit-code quiet"
+)
+_GIT_DIFF_VALUES: dict[str, _Check] = {
+    "unified": _number,
+    "diff-algorithm": _one_of("default", "myers", "minimal", "patience", "histogram"),
+}
+_GIT_OPTIONAL: dict[str, _Check] = {"color": _WHEN, "word-diff": _one_of("color", "plain", "porcelain", "none")}
+_GIT_SPECS: dict[str, _Spec] = {
+    # status prints names only; no -v (it prints the staged diff).
+    "status": _Spec(
+        flags="sbz",
+        short_values={"u": _one_of("no", "normal", "all")},
+        long_flags=_longs(
+            "short branch long show-stash null ahead-behind no-ahead-behind renames no-renames column no-column "
+            "porcelain"
+        ),
+        long_values={"untracked-files": _one_of("no", "normal", "all"), "porcelain": _one_of("v1", "v2")},
+        long_optional={"ignored": _one_of("traditional", "matching", "no")},
+    ),
+    "diff": _Spec(
+        flags="pusRaw",
+        short_values={"U": _number},
+        long_flags=_longs(_GIT_DIFF_FLAGS + " cached staged no-index merge-base"),
+        long_values=_GIT_DIFF_VALUES,
+        long_optional=_GIT_OPTIONAL,
+    ),
+    "log": _Spec(
+        flags="pusi",
+        short_values={"n": _number, "U": _number},
+        long_flags=_longs(
+            _GIT_DIFF_FLAGS + " oneline graph decorate no-decorate reverse merges no-merges first-parent all "
+            "abbrev-commit no-abbrev-commit follow regexp-ignore-case extended-regexp fixed-strings date-order "
+            "topo-order author-date-order"
+        ),
+        long_values={
+            **_GIT_DIFF_VALUES,
+            "max-count": _number,
+            "skip": _number,
+            "since": _text,
+            "until": _text,
+            "after": _text,
+            "before": _text,
+            "author": _text,
+            "committer": _text,
+            "grep": _text,
+            "format": _text,
+            "pretty": _text,
+            "date": _text,
+        },
+        long_optional=_GIT_OPTIONAL,
+        numbers=True,
+    ),
+    "show": _Spec(
+        flags="pus",
+        short_values={"U": _number},
+        long_flags=_longs(_GIT_DIFF_FLAGS + " oneline abbrev-commit no-abbrev-commit"),
+        long_values={**_GIT_DIFF_VALUES, "format": _text, "pretty": _text, "date": _text},
+        long_optional=_GIT_OPTIONAL,
+    ),
+}
+READ_ONLY_GIT_COMMANDS = frozenset(_GIT_SPECS)
+"""Git subcommands ``auto_allow_read_only`` lets run without approval."""
+_GIT_NAMES_ONLY = frozenset({"stat", "numstat", "shortstat", "name-only", "name-status", "summary", "s", "no-patch"})
+_GIT_CONTENT = frozenset({"p", "u", "U", "patch", "unified", "word-diff"})
+_REVISION = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9_./@^+-]*")
+_OBJECT_ID = re.compile(r"[0-9a-fA-F]{4,64}")
+_TREE_ENTRIES = 5000
+_TREE_SECONDS = 0.05
+"""Time the operand checks of one command may take (they run on the event loop); past it, the command asks."""
+_MAX_OPERANDS = 1000
+_MAX_READ_ONLY_CHARS = 10_000
+
+
+def _parse_options(spec: _Spec, args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]] | None:
+    """``(options, operands)`` as GNU getopt reads `args` (options may follow operands), or None if any is unknown."""
+    options: list[tuple[str, str | None]] = []
+    operands: list[str] = []
+    i = 0
+    only_operands = False
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if only_operands or word == "-" or not word.startswith("-"):
+            operands.append(word)
             continue
-        full = os.path.realpath(os.path.join(root, arg))
-        if os.path.commonpath([root, full]) != root or is_dangerous_path(full):
+        if word == "--":
+            only_operands = True
+            continue
+        if word.startswith("--"):
+            name, has_value, value = word[2:].partition("=")
+            if name in spec.long_flags and not has_value:
+                options.append((name, None))
+                continue
+            check = spec.long_optional.get(name)
+            if check is not None and not has_value:
+                options.append((name, None))
+                continue
+            if check is None:
+                check = spec.long_values.get(name)
+            if check is None:
+                return None
+            if not has_value:
+                if i >= len(args):
+                    return None
+                value = args[i]
+                i += 1
+            if not check(value):
+                return None
+            options.append((name, value))
+            continue
+        body = word[1:]
+        if spec.numbers and _DIGITS.fullmatch(body):
+            options.append(("NUM", body))
+            continue
+        j = 0
+        while j < len(body):
+            letter = body[j]
+            j += 1
+            if letter in spec.flags:
+                options.append((letter, None))
+                continue
+            check = spec.short_values.get(letter)
+            if check is None:
+                return None
+            value = body[j:]
+            if not value:
+                if i >= len(args):
+                    return None
+                value = args[i]
+                i += 1
+            if not check(value):
+                return None
+            options.append((letter, value))
+            break
+    return options, operands
+
+
+def _git_is_read_only(args: list[str], root: str) -> bool:
+    """``git status|diff|log|show`` with known options; the ones that print file contents only for named files."""
+    if not args or args[0] not in _GIT_SPECS:
+        return False  # also every global option: -c, -C, --git-dir, --work-tree, --exec-path, -p ...
+    subcommand = args[0]
+    rest = args[1:]
+    spec = _GIT_SPECS[subcommand]
+    split = rest.index("--") if "--" in rest else len(rest)
+    parsed = _parse_options(spec, rest[:split])
+    if parsed is None:
+        return False
+    options, words = parsed
+    names = {name for name, _ in options}
+    paths = rest[split + 1 :]
+    revisions: list[str] = []
+    for word in words:  # git's own rule: a word that names a file is a path, else a revision
+        if os.path.lexists(os.path.join(root, word)):
+            paths.append(word)
+        else:
+            revisions.append(word)
+    if any(_REVISION.fullmatch(r) is None or ":" in r for r in revisions):
+        return False  # "rev:path" names a file's content in history; odd spellings are not judged
+    if any(p.startswith(":") for p in paths):
+        return False  # pathspec magic (":(top)", ":!x")
+    if not _operands_are_safe(paths, root, recursive=False):
+        return False
+    if subcommand == "status":
+        return True
+    if subcommand == "show" and any(_OBJECT_ID.fullmatch(r) for r in revisions):
+        return False  # an object id may name a blob: show prints its content whatever the format options
+    # diff, show and log -p print file contents (also of protected files the repository tracks, in any
+    # commit): read-only only when limited to named regular files, or names only (--stat, --name-only ...).
+    shows_content = bool(names & _GIT_CONTENT) or (subcommand != "log" and not names & _GIT_NAMES_ONLY)
+    if not shows_content:
+        return True
+    if any(_OBJECT_ID.fullmatch(r) for r in revisions):
+        return False  # an object id may name a blob (its content), whatever the paths say
+    return bool(paths) and all(os.path.isfile(os.path.realpath(os.path.join(root, p))) for p in paths)
+
+
+def _operands_are_safe(words: list[str], root: str, *, recursive: bool) -> bool:
+    """Every word is a safe operand (`_operand_is_safe`); bounded work, since this runs on the event loop."""
+    if len(words) > _MAX_OPERANDS:
+        return False
+    deadline = time.monotonic() + _TREE_SECONDS
+    return all(_operand_is_safe(word, root, recursive=recursive, deadline=deadline) for word in words)
+
+
+def _operand_is_safe(word: str, root: str, *, recursive: bool, deadline: float) -> bool:
+    """A path operand inside `root`, not protected, not something that blocks when read (FIFO, device).
+
+    With `recursive`, a directory's whole tree must hold no protected path, checked before `deadline`.
+    """
+    if word == "-":
+        return True  # standard input: closed
+    full = os.path.realpath(os.path.join(root, word))
+    if os.path.commonpath([root, full]) != root or is_dangerous_path(os.path.join(root, word)):
+        return False
+    if is_dangerous_path(full):
+        return False
+    try:
+        mode = os.stat(full).st_mode
+    except FileNotFoundError:
+        return True  # the program reports it
+    except OSError:
+        return False
+    if stat.S_ISDIR(mode):
+        return not recursive or _tree_is_safe(full, deadline)
+    return stat.S_ISREG(mode)
+
+
+def _tree_is_safe(top: str, deadline: float) -> bool:
+    """Whether no protected path lies below `top` (symlinks not followed); a tree too big to check is not safe."""
+    seen = 0
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > _TREE_ENTRIES or time.monotonic() > deadline:
+                        return False
+                    if is_dangerous_path(entry.path):
+                        return False
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
             return False
     return True

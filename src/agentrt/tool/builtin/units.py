@@ -276,7 +276,10 @@ def _convert(value: float, from_unit: str, to_unit: str) -> tuple[float, Unit, U
     base = source.to_base(value)
     if source.dimension == "temperature" and base < -1e-9:
         raise ToolRetry(f"{format_number(value)} {source.symbol} is below absolute zero (0 K); check the value.")
-    return target.from_base(base), source, target
+    result = target.from_base(base)
+    if not math.isfinite(result):
+        raise ToolRetry(f"{format_number(value)} {source.symbol} in {target.symbol} is too large to represent.")
+    return result, source, target
 
 
 @tool(read_only=True, idempotent=True)
