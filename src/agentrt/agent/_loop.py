@@ -167,7 +167,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         source=agent.name,
         add_usage=run.add_usage,
     )
-    resuming = bool((run.state.pending or {}).get("calls"))
+    resuming = run.state.pending is not None and bool(run.state.pending.calls)
     if not resuming:
         _refuse_stray_answers(run)
         await _repair_dangling(agent, run, executor)
@@ -239,7 +239,7 @@ async def _repair_dangling(agent: ReActAgent, run: Run, executor: ToolExecutor) 
     pending = run.state.pending
     if pending is not None:  # a dead run had spent the last approval: only held-back notes remain
         run.set_field("pending", None)
-        run.add_messages(*(Msg.from_json(n) for n in pending.get("notes") or ()))
+        run.add_messages(*pending.notes)
 
 
 async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
@@ -447,12 +447,8 @@ def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
     if state.summary and state.summary_index:
         history = [Msg.user(f"<summary>\n{state.summary}\n</summary>"), *history[state.summary_index :]]
     prompt = [system, *history] if system is not None else list(history)
-    if extra:
-        prompt.extend(extra)
-    if state.tasks:
-        reminder = task_reminder(state.tasks)
-        if reminder is not None:
-            prompt.append(Msg.user(reminder, synthetic=True))
+    if extra or state.tasks:
+        prompt.extend(_tail(run, extra))
     return prompt
 
 
@@ -499,12 +495,22 @@ async def _reasoning_with_middleware(
     async def core() -> Msg:
         options = run.options.merge(override)
         request = ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
-        handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
-        for mw in reversed(chains.model_call):
-            handler = _bind_model_mw(mw, run, handler)
-        return await handler(request)
+        return await _model_handler(agent, run, chains)(request)
 
-    step: Callable[[], Awaitable[Msg]] = core
+    return await _in_reasoning_mw(run, chains, core)
+
+
+def _model_handler(agent: ReActAgent, run: Run, chains: Chains) -> Callable[[ModelRequest], Awaitable[Msg]]:
+    """`_model_call` wrapped in the middlewares' `on_model_call` hooks."""
+    handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
+    for mw in reversed(chains.model_call):
+        handler = _bind_model_mw(mw, run, handler)
+    return handler
+
+
+async def _in_reasoning_mw(run: Run, chains: Chains, core: Callable[[], Awaitable[Msg]]) -> Msg:
+    """Run one reasoning step `core` inside the middlewares' `on_reasoning` hooks."""
+    step = core
     for mw in reversed(chains.reasoning):
         step = functools.partial(mw.on_reasoning, run, step)
     return await step()
@@ -538,9 +544,7 @@ async def _reasoning_managed(
         head = [system] if system is not None else []
         tail = _tail(run, extra)
         tools = _schemas(agent, executor, run)
-        handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
-        for mw in reversed(chains.model_call):
-            handler = _bind_model_mw(mw, run, handler)
+        handler = _model_handler(agent, run, chains)
         summary_model = agent._resolve_summary_model
         prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
         try:
@@ -557,12 +561,7 @@ async def _reasoning_managed(
         compressor.calibrate(raw, msg.usage, model)
         return msg
 
-    if not chains.reasoning:
-        return await core()
-    step: Callable[[], Awaitable[Msg]] = core
-    for mw in reversed(chains.reasoning):
-        step = functools.partial(mw.on_reasoning, run, step)
-    return await step()
+    return await _in_reasoning_mw(run, chains, core)
 
 
 async def compress_run(agent: ReActAgent, run: Run, mode: Mode = "manual") -> list[Compression]:

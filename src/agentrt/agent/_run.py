@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
@@ -15,10 +14,10 @@ from agentrt.state.base import AgentState, AgentStateStore
 
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentBase
+    from agentrt.tool.scope import EventSink
 
 __all__ = ["Run", "current_run"]
 
-Emit = Callable[[ev.AgentEvent], None]
 current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentrt_run", default=None)
 """The call in progress in this task (tools and subagents read it, e.g. to forward events)."""
 
@@ -63,7 +62,7 @@ class Run:
         input: list[Msg],
         store: AgentStateStore,
         reply_id: str,
-        emit: Emit | None,
+        emit: EventSink | None,
         output: Any = None,
     ) -> None:
         self.agent = agent

@@ -51,14 +51,16 @@ def build_mcp_app() -> "typer.Typer":
     # Everything after the server's command is its own: `agentrt mcp tools npx -y @pkg --flag`.
     # Options of ours go before the command (or use `--`).
     passthrough = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+    # The server to inspect, the same for every listing command (typer copies the parameter infos).
+    Command = Annotated[list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")]  # noqa: N806
+    Http = Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")]  # noqa: N806
+    Sse = Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")]  # noqa: N806
 
     @app.command(context_settings=passthrough)
     def tools(
-        command: Annotated[
-            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
-        ] = None,
-        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
-        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+        command: Command = None,
+        http: Http = None,
+        sse: Sse = None,
         prefix: Annotated[str | None, typer.Option(help="Name prefix, as register_mcp(prefix=...).")] = None,
     ) -> None:
         """List an MCP server's tools under the names agentrt registers them with.
@@ -88,11 +90,9 @@ def build_mcp_app() -> "typer.Typer":
 
     @app.command(context_settings=passthrough)
     def resources(
-        command: Annotated[
-            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
-        ] = None,
-        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
-        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+        command: Command = None,
+        http: Http = None,
+        sse: Sse = None,
     ) -> None:
         """List an MCP server's resources and resource templates."""
         from rich.table import Table
@@ -117,11 +117,9 @@ def build_mcp_app() -> "typer.Typer":
 
     @app.command(context_settings=passthrough)
     def prompts(
-        command: Annotated[
-            list[str] | None, typer.Argument(help="Command (and arguments) starting a stdio MCP server.")
-        ] = None,
-        http: Annotated[str | None, typer.Option(help="URL of a streamable HTTP MCP server.")] = None,
-        sse: Annotated[str | None, typer.Option(help="URL of an SSE MCP server.")] = None,
+        command: Command = None,
+        http: Http = None,
+        sse: Sse = None,
     ) -> None:
         """List an MCP server's prompts and their arguments (required ones marked *)."""
         from rich.table import Table

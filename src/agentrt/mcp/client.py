@@ -47,7 +47,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 try:
@@ -88,6 +88,7 @@ __all__ = [
     "McpClient",
     "McpConnectionError",
     "McpError",
+    "McpOptions",
     "ProgressCallback",
     "ResourceCallback",
 ]
@@ -115,6 +116,19 @@ ProgressCallback = ProgressFnT
 """``async (progress, total, message) -> None``, called for each progress notification of a call."""
 ResourceCallback = Callable[[str], Awaitable[None] | None]
 """``(uri) -> None`` (or a coroutine function): a subscribed resource changed on the server."""
+
+
+class McpOptions(TypedDict, total=False):
+    """The options every `McpClient` constructor takes (documented on `McpClient`)."""
+
+    name: str | None
+    timeout: float | None
+    connect_timeout: float
+    reconnect: bool
+    reconnect_delays: Sequence[float]
+    sampling_model: ChatModel | str | None
+    sampling_approval: bool | SamplingApproval
+    elicitation_handler: ElicitationHandler | None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -374,15 +388,8 @@ class McpClient:
         *,
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
-        name: str | None = None,
         errlog: TextIO | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        reconnect: bool = True,
-        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
-        sampling_model: ChatModel | str | None = None,
-        sampling_approval: bool | SamplingApproval = False,
-        elicitation_handler: ElicitationHandler | None = None,
+        **options: Unpack[McpOptions],
     ) -> McpClient:
         """A server started as a subprocess speaking MCP on its stdin/stdout.
 
@@ -416,14 +423,7 @@ class McpClient:
             describe=f"command {shown!r}",
             fallback_name=_command_name(command, arg_list),
             program=command,
-            name=name,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            reconnect_delays=reconnect_delays,
-            sampling_model=sampling_model,
-            sampling_approval=sampling_approval,
-            elicitation_handler=elicitation_handler,
+            **options,
         )
 
     @classmethod
@@ -432,14 +432,7 @@ class McpClient:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        name: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        reconnect: bool = True,
-        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
-        sampling_model: ChatModel | str | None = None,
-        sampling_approval: bool | SamplingApproval = False,
-        elicitation_handler: ElicitationHandler | None = None,
+        **options: Unpack[McpOptions],
     ) -> McpClient:
         """A server reached over streamable HTTP at `url` (e.g. ``http://127.0.0.1:8000/mcp``).
 
@@ -470,14 +463,7 @@ class McpClient:
             transport="http",
             describe=f"URL {url!r}",
             fallback_name=_host_name(url),
-            name=name,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            reconnect_delays=reconnect_delays,
-            sampling_model=sampling_model,
-            sampling_approval=sampling_approval,
-            elicitation_handler=elicitation_handler,
+            **options,
         )
 
     @classmethod
@@ -486,14 +472,7 @@ class McpClient:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        name: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        reconnect: bool = True,
-        reconnect_delays: Sequence[float] = DEFAULT_RECONNECT_DELAYS,
-        sampling_model: ChatModel | str | None = None,
-        sampling_approval: bool | SamplingApproval = False,
-        elicitation_handler: ElicitationHandler | None = None,
+        **options: Unpack[McpOptions],
     ) -> McpClient:
         """A server reached over the (legacy) HTTP+SSE transport at `url` (e.g. ``http://host/sse``)."""
         _check_url(url)
@@ -501,7 +480,7 @@ class McpClient:
 
         async def open_sse(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
             streams: tuple[Any, Any] = await stack.enter_async_context(
-                sse_client(url, headers=header_dict, timeout=connect_timeout)
+                sse_client(url, headers=header_dict, timeout=options.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT))
             )
             return streams
 
@@ -510,14 +489,7 @@ class McpClient:
             transport="sse",
             describe=f"URL {url!r}",
             fallback_name=_host_name(url),
-            name=name,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            reconnect=reconnect,
-            reconnect_delays=reconnect_delays,
-            sampling_model=sampling_model,
-            sampling_approval=sampling_approval,
-            elicitation_handler=elicitation_handler,
+            **options,
         )
 
     # -- identity -------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from agentrt.errors import UserError
+from agentrt.memory._text import query_terms, unit
 
 __all__ = [
     "DEFAULT_CAP",
@@ -134,6 +135,15 @@ async def embed_texts(embed: Embedder, texts: builtins.list[str]) -> builtins.li
     if len(vectors) != len(texts):
         raise UserError(f"the embedding function returned {len(vectors)} vectors for {len(texts)} texts")
     return vectors
+
+
+async def query_inputs(embed: Embedder | None, query: str) -> tuple[builtins.list[str], builtins.list[float] | None]:
+    """A retrieval query's search terms and, with an embedding function, its unit vector."""
+    vector: builtins.list[float] | None = None
+    if embed is not None and query.strip():
+        (raw,) = await embed_texts(embed, [query])
+        vector = unit(raw)
+    return query_terms(query), vector
 
 
 def format_memories(items: Sequence[MemoryItem]) -> str:

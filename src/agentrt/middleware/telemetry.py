@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from agentrt.agent._run import Run
     from agentrt.state.base import AgentStateStore
     from agentrt.telemetry.metrics import InstrumentedStateStore
+    from agentrt.tool.scope import EventSink
 
 __all__ = ["LoggingMiddleware", "MetricsMiddleware", "TracingMiddleware"]
 
@@ -48,7 +49,7 @@ class _ModelCallProbe:
 
     __slots__ = ("first_chunk_at", "inner")
 
-    def __init__(self, inner: Callable[[ev.AgentEvent], None] | None) -> None:
+    def __init__(self, inner: EventSink | None) -> None:
         self.inner = inner
         self.first_chunk_at: float | None = None
 

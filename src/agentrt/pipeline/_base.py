@@ -14,13 +14,13 @@ import abc
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
 from agentrt.agent._scopes import SCOPES, announce, scope_ctx
-from agentrt.agent.base import AgentBase
+from agentrt.agent.base import AgentBase, AgentInput
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import (
@@ -39,10 +39,12 @@ from agentrt.message import (
     as_messages,
     new_id,
 )
+from agentrt.state.pending import META_PENDING
 
 if TYPE_CHECKING:
     from agentrt.agent.as_tool import SessionStrategy
     from agentrt.tool.base import Tool
+    from agentrt.tool.scope import EventSink
 
 __all__ = [
     "AgentInput",
@@ -54,12 +56,9 @@ __all__ = [
     "is_stopped",
 ]
 
-AgentInput = str | Msg | Sequence[Msg] | None
 Result = Msg | list[Msg]
-Emit = Callable[[ev.AgentEvent], None]
 R = TypeVar("R")
 
-META_PENDING = "pending_tool_calls"  # the same key the agent loop writes on a pause reply
 META_REPLIES = "replies"
 """Metadata key of a combined fan-out reply: the member replies, in member order."""
 _PAUSE_REASONS = (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION)
@@ -244,7 +243,7 @@ class CallState:
 
     __slots__ = ("emit", "interrupted", "reply_id", "session_id", "source", "usage")
 
-    def __init__(self, emit: Emit | None, source: str = "", session_id: str = "") -> None:
+    def __init__(self, emit: EventSink | None, source: str = "", session_id: str = "") -> None:
         self.emit = emit
         self.reply_id = new_id()
         self.source = source
@@ -442,7 +441,7 @@ class Composite(abc.ABC, Generic[R]):
             raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
         return ctx
 
-    async def _execute(self, messages: list[Msg], ctx: RuntimeContext, emit: Emit | None, output: Any) -> R:
+    async def _execute(self, messages: list[Msg], ctx: RuntimeContext, emit: EventSink | None, output: Any) -> R:
         key = ctx.key
         state = CallState(emit, self.name, key[1])
         running = self._running.setdefault(key, [])

@@ -1,10 +1,10 @@
 """Tools: the `@tool` decorator, `Tool`, `Toolkit` and the execution policy."""
 
 from agentrt.errors import ToolRetry
-from agentrt.tool.base import Tool, tool
+from agentrt.tool.base import Tool, ToolOptions, tool
 from agentrt.tool.toolkit import ToolGroup, Toolkit
 
-__all__ = ["Inject", "Tool", "ToolGroup", "ToolRetry", "Toolkit", "tool"]
+__all__ = ["Inject", "Tool", "ToolGroup", "ToolOptions", "ToolRetry", "Toolkit", "tool"]
 
 
 def __getattr__(name: str) -> object:

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 from agentrt.context import RuntimeContext
 from agentrt.errors import ToolDefinitionError, UserError
@@ -15,7 +15,7 @@ from agentrt.model.base import ToolSchema
 if TYPE_CHECKING:
     from agentrt.tool._schema import FunctionSchema
 
-__all__ = ["DEFAULT_TIMEOUT", "PermissionCheck", "Tool", "tool"]
+__all__ = ["DEFAULT_TIMEOUT", "PermissionCheck", "Tool", "ToolOptions", "tool"]
 
 DEFAULT_TIMEOUT = 30.0
 F = TypeVar("F", bound=Callable[..., Any])
@@ -27,6 +27,48 @@ Handler = Callable[[Mapping[str, Any], RuntimeContext], Awaitable[Any]]
 """A raw tool body: takes the model's arguments as a dict (used by MCP and schema-only tools)."""
 
 _MISSING: Any = object()
+
+
+class ToolOptions(TypedDict, total=False):
+    """The execution options `Tool`, `Tool.copy` and `@tool` take (documented on `tool`)."""
+
+    timeout: float | None
+    read_only: bool
+    destructive: bool
+    requires_confirmation: bool
+    external: bool
+    group: str | None
+    max_calls: int | None
+    concurrency_safe: bool | None
+    idempotent: bool
+    check_permission: PermissionCheck | None
+    edit: bool
+
+
+_DEFAULTS: ToolOptions = {
+    "timeout": DEFAULT_TIMEOUT,
+    "read_only": False,
+    "destructive": False,
+    "requires_confirmation": False,
+    "external": False,
+    "group": None,
+    "max_calls": None,
+    "concurrency_safe": None,
+    "idempotent": False,
+    "check_permission": None,
+    "edit": False,
+}
+
+
+def _with_defaults(options: Mapping[str, Any], name: str | None) -> dict[str, Any]:
+    """`options` completed with the defaults; an unknown option raises `ToolDefinitionError`."""
+    unknown = sorted(options.keys() - _DEFAULTS.keys())
+    if unknown:
+        where = f"tool {name!r}" if name else "tool"
+        raise ToolDefinitionError(
+            f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; the options are {', '.join(_DEFAULTS)}"
+        )
+    return {**_DEFAULTS, **options}
 
 
 class Tool:
@@ -63,6 +105,18 @@ class Tool:
         "workspace",
     )
 
+    timeout: float | None
+    read_only: bool
+    destructive: bool
+    requires_confirmation: bool
+    external: bool
+    group: str | None
+    max_calls: int | None
+    concurrency_safe: bool
+    idempotent: bool
+    check_permission: PermissionCheck | None
+    edit: bool
+
     def __init__(
         self,
         *,
@@ -72,21 +126,13 @@ class Tool:
         fn: Callable[..., Any] | None = None,
         handler: Handler | None = None,
         schema: FunctionSchema | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        read_only: bool = False,
-        destructive: bool = False,
-        requires_confirmation: bool = False,
-        external: bool = False,
-        group: str | None = None,
-        max_calls: int | None = None,
-        concurrency_safe: bool | None = None,
-        idempotent: bool = False,
-        check_permission: PermissionCheck | None = None,
-        edit: bool = False,
         workspace: str | None = None,
+        **options: Unpack[ToolOptions],
     ) -> None:
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ToolDefinitionError(f"tool name must be a non-empty string of at most 128 characters, not {name!r}")
+        opts = _with_defaults(options, name)
+        timeout, max_calls = opts["timeout"], opts["max_calls"]
         if timeout is not None and timeout <= 0:
             raise ToolDefinitionError(f"tool {name!r}: timeout must be positive or None, not {timeout!r}")
         if max_calls is not None and max_calls < 1:
@@ -102,18 +148,12 @@ class Tool:
         self.handler = handler
         self._schema = schema
         self.is_async = fn is not None and _is_async_callable(fn)
-        self.timeout = timeout
-        self.read_only = read_only
-        self.destructive = destructive
-        self.requires_confirmation = requires_confirmation
-        self.external = external or (fn is None and handler is None)
-        self.group = group
-        self.max_calls = max_calls
+        for key, value in opts.items():
+            setattr(self, key, value)
+        self.external = opts["external"] or (fn is None and handler is None)
         # Calls from one model turn run in parallel unless a tool says it must not overlap.
-        self.concurrency_safe = (not destructive) if concurrency_safe is None else concurrency_safe
-        self.idempotent = idempotent
-        self.check_permission = check_permission
-        self.edit = edit
+        if opts["concurrency_safe"] is None:
+            self.concurrency_safe = not opts["destructive"]
         self.workspace = workspace
         """The directory relative path arguments are taken from (permission rules resolve paths there)."""
         self.resume: Callable[[Any, list[Any], RuntimeContext], Awaitable[Any]] | None = None
@@ -154,19 +194,11 @@ class Tool:
             "fn": self.fn,
             "handler": self.handler,
             "schema": self._schema,
-            "timeout": self.timeout,
-            "read_only": self.read_only,
-            "destructive": self.destructive,
-            "requires_confirmation": self.requires_confirmation,
-            "external": self.external if (self.fn is not None or self.handler is not None) else False,
-            "group": self.group,
-            "max_calls": self.max_calls,
-            "concurrency_safe": self.concurrency_safe,
-            "idempotent": self.idempotent,
-            "check_permission": self.check_permission,
-            "edit": self.edit,
             "workspace": self.workspace,
+            **self._options(),
         }
+        if self.fn is None and self.handler is None:
+            fields["external"] = False  # a tool without a body is external anyway
         fields.update(changes)
         new = Tool(**fields)
         new._bound_to = self._bound_to
@@ -221,19 +253,7 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def _options(self) -> dict[str, Any]:
-        return {
-            "timeout": self.timeout,
-            "read_only": self.read_only,
-            "destructive": self.destructive,
-            "requires_confirmation": self.requires_confirmation,
-            "external": self.external,
-            "group": self.group,
-            "max_calls": self.max_calls,
-            "concurrency_safe": self.concurrency_safe,
-            "idempotent": self.idempotent,
-            "check_permission": self.check_permission,
-            "edit": self.edit,
-        }
+        return {key: getattr(self, key) for key in _DEFAULTS}
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -279,22 +299,7 @@ class _MethodTool(Tool):
 def tool(fn: F, /) -> Tool: ...
 @overload
 def tool(
-    fn: None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    read_only: bool = False,
-    destructive: bool = False,
-    requires_confirmation: bool = False,
-    external: bool = False,
-    group: str | None = None,
-    max_calls: int | None = None,
-    concurrency_safe: bool | None = None,
-    idempotent: bool = False,
-    check_permission: PermissionCheck | None = None,
-    edit: bool = False,
+    fn: None = None, /, *, name: str | None = None, description: str | None = None, **options: Unpack[ToolOptions]
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -302,17 +307,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    read_only: bool = False,
-    destructive: bool = False,
-    requires_confirmation: bool = False,
-    external: bool = False,
-    group: str | None = None,
-    max_calls: int | None = None,
-    concurrency_safe: bool | None = None,
-    idempotent: bool = False,
-    check_permission: PermissionCheck | None = None,
-    edit: bool = False,
+    **options: Unpack[ToolOptions],
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a sync or async function into a `Tool`.
 
@@ -336,35 +331,17 @@ def tool(
         check_permission: ``check(args, ctx)`` deciding allow / ask / deny for one call.
         edit: The tool edits files (``ACCEPT_EDITS`` mode runs it without asking inside the workspace).
     """
-    options: dict[str, Any] = {
-        "name": name,
-        "description": description,
-        "timeout": timeout,
-        "read_only": read_only,
-        "destructive": destructive,
-        "requires_confirmation": requires_confirmation,
-        "external": external,
-        "group": group,
-        "max_calls": max_calls,
-        "concurrency_safe": concurrency_safe,
-        "idempotent": idempotent,
-        "check_permission": check_permission,
-        "edit": edit,
-    }
+    opts = _with_defaults(options, name)
 
     def decorate(func: Callable[..., Any]) -> Tool:
         if isinstance(func, Tool):
-            return func.copy(**{k: v for k, v in options.items() if v is not None})
+            changes = {"name": name, "description": description, **opts}
+            return func.copy(**{k: v for k, v in changes.items() if v is not None})
         if not callable(func):
             raise ToolDefinitionError(f"@tool needs a function, got {type(func).__name__!r}")
         if _is_method_definition(func):
-            tool_name = name or func.__name__
-            doc = description or ""
-            opts = {k: v for k, v in options.items() if k not in ("name", "description")}
-            method_tool = _MethodTool(name=tool_name, description=doc, fn=func, **opts)
-            method_tool.external = external
-            return method_tool
-        return Tool.from_function(func, **options)
+            return _MethodTool(name=name or func.__name__, description=description or "", fn=func, **opts)
+        return Tool.from_function(func, name=name, description=description, **opts)
 
     if fn is not None:
         return decorate(fn)

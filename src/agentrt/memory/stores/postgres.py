@@ -34,7 +34,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentrt.errors import UserError
-from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, query_terms, rrf, unit, unpack_vector
+from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, rrf, unit, unpack_vector
 from agentrt.memory.long_term import (
     DEFAULT_CAP,
     DEFAULT_TTL,
@@ -44,6 +44,7 @@ from agentrt.memory.long_term import (
     check_cap,
     clean_texts,
     embed_texts,
+    query_inputs,
     ttl_seconds,
 )
 
@@ -260,11 +261,7 @@ class PostgresLongTermMemory:
         """The `k` items best matching `query` (full text, fused with cosine similarity when embedding)."""
         if k <= 0:
             return []
-        terms = query_terms(query)
-        vector: builtins.list[float] | None = None
-        if self.embed is not None and query.strip():
-            (raw,) = await embed_texts(self.embed, [query])
-            vector = unit(raw)
+        terms, vector = await query_inputs(self.embed, query)
         if not terms and vector is None:
             return []
         await self._ensure()

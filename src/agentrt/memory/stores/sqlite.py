@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from agentrt.errors import UserError
-from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, query_terms, rrf, unit, unpack_vector
+from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, rrf, unit, unpack_vector
 from agentrt.memory.long_term import (
     DEFAULT_CAP,
     DEFAULT_TTL,
@@ -41,6 +41,7 @@ from agentrt.memory.long_term import (
     check_cap,
     clean_texts,
     embed_texts,
+    query_inputs,
     ttl_seconds,
 )
 
@@ -240,11 +241,7 @@ class SqliteLongTermMemory:
         """The `k` items best matching `query` (BM25, fused with cosine similarity when embedding)."""
         if k <= 0:
             return []
-        terms = query_terms(query)
-        vector: builtins.list[float] | None = None
-        if self.embed is not None and query.strip():
-            (raw,) = await embed_texts(self.embed, [query])
-            vector = unit(raw)
+        terms, vector = await query_inputs(self.embed, query)
         if not terms and vector is None:
             return []
         return await self._run(self._retrieve, user_id, terms, vector, k, self.clock())

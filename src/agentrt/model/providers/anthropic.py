@@ -25,12 +25,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from agentrt.errors import (
     AuthenticationError,
-    ContextWindowExceededError,
-    ModelAPIError,
     ModelConnectionError,
     ModelError,
     ModelTimeoutError,
-    RateLimitError,
     UserError,
 )
 from agentrt.message import (
@@ -47,6 +44,7 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._errors import classify_api_error
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
 
@@ -612,13 +610,15 @@ def _map_error(exc: BaseException, model: str) -> ModelError:
         else:
             headers = exc.response.headers
         text = f"Anthropic API error {status}" + (f" ({err_type})" if err_type else "") + f" from {model!r}: {message}"
-        retry_after = parse_retry_after(headers)
-        cls: type[ModelAPIError] = ModelAPIError
-        if status == 429 or err_type == "rate_limit_error":
-            cls = RateLimitError
-        elif status in (401, 403):
-            cls = AuthenticationError
-        elif status in (400, 413) and any(s in message.lower() for s in _TOO_LONG):
-            cls = ContextWindowExceededError
-        return cls(text, status=status, body=body, model=model, retry_after=retry_after)
+        return classify_api_error(
+            status,
+            body,
+            text=text,
+            model=model,
+            message=message,
+            too_long=_TOO_LONG,
+            too_long_statuses=(400, 413),
+            retry_after=parse_retry_after(headers),
+            rate_limited=err_type == "rate_limit_error",
+        )
     return ModelError(f"Anthropic SDK error for model {model!r}: {exc}")

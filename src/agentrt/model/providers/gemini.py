@@ -36,13 +36,10 @@ import pydantic
 
 from agentrt.errors import (
     AuthenticationError,
-    ContextWindowExceededError,
-    ModelAPIError,
     ModelBehaviorError,
     ModelConnectionError,
     ModelError,
     ModelTimeoutError,
-    RateLimitError,
     UserError,
 )
 from agentrt.message import (
@@ -61,6 +58,7 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._errors import classify_api_error
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
 
@@ -698,17 +696,17 @@ def _map_error(exc: BaseException, model: str) -> ModelError:
         status = exc.code
         message = exc.message or str(exc)
         text = f"Gemini API error {status}" + (f" ({exc.status})" if exc.status else "") + f" from {model!r}: {message}"
-        lowered = message.lower()
-        cls: type[ModelAPIError] = ModelAPIError
-        if status == 429:
-            cls = RateLimitError
-        elif status in (401, 403) or (
-            status == 400 and ("api key not valid" in lowered or "API_KEY_INVALID" in str(exc))
-        ):
-            cls = AuthenticationError
-        elif status == 400 and any(s in lowered for s in _TOO_LONG):
-            cls = ContextWindowExceededError
-        return cls(text, status=status, body=exc.details, model=model, retry_after=_retry_after(exc))
+        return classify_api_error(
+            status,
+            exc.details,
+            text=text,
+            model=model,
+            message=message,
+            too_long=_TOO_LONG,
+            too_long_statuses=(400,),
+            retry_after=_retry_after(exc),
+            auth_failed=status == 400 and ("api key not valid" in message.lower() or "API_KEY_INVALID" in str(exc)),
+        )
     if isinstance(exc, genai_errors.UnknownApiResponseError):
         return ModelBehaviorError(f"Gemini model {model!r} sent a response that is not JSON: {exc}")
     if isinstance(exc, _TIMEOUT_ERRORS):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -13,6 +12,7 @@ from agentrt.message import (
     Msg,
     TextBlock,
     TokenUsage,
+    _new_call_id,
 )
 from agentrt.model._accumulate import _merge_usage
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
@@ -44,10 +44,6 @@ ToolsArg = Sequence[ToolSchema] | Mapping[str, ToolSchema] | None
 # --------------------------------------------------------------------------------------------------
 # the wrapper
 # --------------------------------------------------------------------------------------------------
-def _new_call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
-
-
 class _Attempt:
     """One inner model reply: buffers its text and streams a final answer as soon as it is sure.
 
