@@ -11,6 +11,7 @@ Everything here runs once per request or once per streamed chunk, so it avoids g
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentrt.errors import (
 from agentrt.message import (
     AudioBlock,
     Base64Source,
+    ContentBlock,
     ImageBlock,
     Msg,
     TextBlock,
@@ -39,7 +41,9 @@ from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, Too
 from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = [
+    "META_EXTRA_CONTENT",
     "ChatCompletionsFormat",
+    "StreamState",
     "api_error",
     "parse_chunk",
     "parse_completion",
@@ -48,7 +52,11 @@ __all__ = [
     "stream_error",
 ]
 
+logger = logging.getLogger("agentrt.model")
+
 WireMessage = dict[str, Any]
+META_EXTRA_CONTENT = "extra_content"
+"""ToolUseBlock metadata: a tool call's ``extra_content`` (Gemini's thought signature), sent back as it came."""
 
 _FINISH = {
     "stop": "stop",
@@ -56,8 +64,17 @@ _FINISH = {
     "tool_calls": "tool_calls",
     "function_call": "tool_calls",
     "content_filter": "content_filter",
-    "eos": "stop",  # some compatible servers
+    "eos": "stop",  # Together, some compatible servers
+    "eos_token": "stop",
     "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",  # proxies in front of Anthropic models
+    "tool_call": "tool_calls",
+    "max_tokens": "length",
+    "model_length": "length",  # Mistral
+    "model_context_window_exceeded": "length",
+    "safety": "content_filter",
+    "refusal": "content_filter",
 }
 _AUDIO_FORMATS = {
     "audio/wav": "wav",
@@ -417,7 +434,15 @@ def _tool_call(block: ToolUseBlock) -> dict[str, Any]:
     raw = block.metadata.get(META_RAW_ARGUMENTS) if block.metadata else None
     # Arguments the model garbled go back verbatim, so it can see (and fix) what it sent.
     arguments = raw if isinstance(raw, str) else _json.dumps(_plain(block.input))
-    return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
+    wire: dict[str, Any] = {
+        "id": block.id,
+        "type": "function",
+        "function": {"name": block.name, "arguments": arguments},
+    }
+    extra = block.metadata.get(META_EXTRA_CONTENT) if block.metadata else None
+    if extra:
+        wire["extra_content"] = _plain(extra)  # Gemini wants its thought signature back on the call
+    return wire
 
 
 # --------------------------------------------------------------------------------------------------
@@ -443,86 +468,355 @@ def parse_usage(usage: Mapping[str, Any]) -> TokenUsage:
     )
 
 
-def _call_chunks(calls: list[Any]) -> tuple[ToolCallChunk, ...]:
-    out = []
-    for position, call in enumerate(calls):
-        fn = call.get("function") or {}
-        args = fn.get("arguments")
-        index = call.get("index")
-        if isinstance(args, Mapping):  # a few compatible servers send parsed arguments
-            out.append(
-                ToolCallChunk(
-                    index=position if index is None else index, id=call.get("id"), name=fn.get("name"), input=args
-                )
-            )
+class StreamState:
+    """What one reply's parser must remember across chunks.
+
+    Tool-call deltas are mapped to stable call indexes here, because servers disagree on how to
+    say which call a delta belongs to: OpenAI sends ``index`` (and the ``id`` once), Gemini's
+    endpoint and several proxies send no ``index``, Ollama sends ``index: 0`` for every call with
+    distinct ids. The rule: a known ``id`` continues its call and a new one starts a call (unless
+    it is the first id seen at an ``index`` whose call began without one); without an id, the
+    ``index`` decides; with neither, the delta continues the last call, unless it names a function
+    while the last call already has a name (then it is the next call, sent whole).
+    """
+
+    __slots__ = ("by_id", "by_index", "calls", "last", "named", "refused", "with_id")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last = -1
+        self.by_id: dict[str, int] = {}
+        self.by_index: dict[Any, int] = {}
+        self.with_id: set[int] = set()
+        self.named: set[int] = set()
+        self.refused = False
+
+    def call_index(self, wire_index: Any, call_id: str | None, name: str | None) -> int:
+        """Our index for one tool-call delta."""
+        if call_id:
+            index = self.by_id.get(call_id)
+            if index is None:
+                index = self.by_index.get(wire_index, -1) if wire_index is not None else -1
+                if index < 0 or index in self.with_id:
+                    index = self._new()
+                # else: the id arrives after its call began at this index
+                self.by_id[call_id] = index
+                self.with_id.add(index)
+            if wire_index is not None:
+                self.by_index[wire_index] = index
+        elif wire_index is not None:
+            index = self.by_index.get(wire_index)
+            if index is None:
+                index = self.by_index[wire_index] = self._new()
+        elif self.last < 0 or (name and self.last in self.named):
+            index = self._new()
         else:
+            index = self.last
+        if name:
+            self.named.add(index)
+        self.last = index
+        return index
+
+    def _new(self) -> int:
+        self.calls += 1
+        return self.calls - 1
+
+    def finish(self, reason: Any) -> str:
+        """The finish reason, corrected: tool calls end with "tool_calls" and refusals with "content_filter"."""
+        finish = _FINISH.get(reason)
+        if finish is None:
+            finish = _FINISH.get(reason.lower(), reason) if isinstance(reason, str) else str(reason)
+        if finish == "stop":
+            if self.calls:
+                return "tool_calls"  # Gemini, Ollama and a forced tool_choice say "stop"
+            if self.refused:
+                return "content_filter"
+        return finish
+
+
+class _LoneChunk(StreamState):
+    """State for a chunk read on its own: tool calls keep their wire ``index`` (else their position)."""
+
+    __slots__ = ()
+
+    def call_index(self, wire_index: Any, call_id: str | None, name: str | None) -> int:
+        position = self._new()
+        return wire_index if type(wire_index) is int else position
+
+
+def _tool_call_chunk(call: dict[str, Any], fn: dict[str, Any], index: int, call_id: Any, name: Any) -> ToolCallChunk:
+    extra = call.get("extra_content")
+    metadata = {META_EXTRA_CONTENT: extra} if extra else None
+    call_id = call_id if call_id and type(call_id) is str else None
+    name = name if name and type(name) is str else None
+    args = fn.get("arguments")
+    if args is None or type(args) is str:
+        return ToolCallChunk(index=index, id=call_id, name=name, arguments=args or "", metadata=metadata)
+    if isinstance(args, dict):  # parsed arguments (several compatible servers)
+        return ToolCallChunk(index=index, id=call_id, name=name, input=args, metadata=metadata)
+    # A list or a number: kept as text, so the accumulator reports it to the model as invalid.
+    return ToolCallChunk(index=index, id=call_id, name=name, arguments=_json.dumps(args), metadata=metadata)
+
+
+def _stream_calls(calls: Any, state: StreamState) -> tuple[ToolCallChunk, ...]:
+    out: list[ToolCallChunk] = []
+    for call in calls if type(calls) is list else (calls,):
+        if type(call) is not dict:
+            continue
+        fn = call.get("function")
+        if type(fn) is not dict:
+            fn = call  # a few servers put name and arguments on the call itself
+        name = fn.get("name")
+        call_id = call.get("id")
+        index = state.call_index(
+            call.get("index"),
+            call_id if type(call_id) is str else None,
+            name if type(name) is str else None,
+        )
+        args = fn.get("arguments")
+        if (args is None or type(args) is str) and "extra_content" not in call:
+            # The common delta (an argument piece), built here rather than in _tool_call_chunk.
             out.append(
                 ToolCallChunk(
-                    index=position if index is None else index,
-                    id=call.get("id") or None,
-                    name=fn.get("name") or None,
+                    index=index,
+                    id=call_id if call_id and type(call_id) is str else None,
+                    name=name if name and type(name) is str else None,
                     arguments=args or "",
                 )
             )
+        else:
+            out.append(_tool_call_chunk(call, fn, index, call_id, name))
     return tuple(out)
 
 
-def parse_chunk(obj: Mapping[str, Any]) -> ChatResponse | None:
-    """One ``chat.completion.chunk`` as a `ChatResponse`, or None when it carries nothing (role-only chunks)."""
+def _whole_calls(calls: Any) -> tuple[ToolCallChunk, ...]:
+    # A whole message: each entry is one call, whatever "index" it carries (some servers send 0 for all).
+    out: list[ToolCallChunk] = []
+    for call in calls if type(calls) is list else (calls,):
+        if isinstance(call, dict):
+            fn = call.get("function")
+            if not isinstance(fn, dict):
+                fn = call
+            out.append(_tool_call_chunk(call, fn, len(out), call.get("id"), fn.get("name")))
+    return tuple(out)
+
+
+def _plain_text(value: Any) -> str:
+    """Text from a string, a ``{"text": ...}``/``{"value": ...}`` object, or a list of those."""
+    if type(value) is str:
+        return value
+    if isinstance(value, dict):
+        return _plain_text(value.get("text", value.get("value")))
+    if isinstance(value, list):
+        return "".join(_plain_text(v) for v in value)
+    return ""
+
+
+def _media_source(url: str) -> str | Base64Source:
+    if url[:5].lower() == "data:":
+        header, sep, data = url.partition(",")
+        if sep and header.endswith(";base64"):
+            return Base64Source(media_type=header[5:-7] or "application/octet-stream", data=data)
+    return url
+
+
+def _image_block(part: dict[str, Any]) -> ImageBlock | None:
+    value = part.get("image_url") or part.get("url")
+    if isinstance(value, dict):
+        value = value.get("url")
+    if isinstance(value, str) and value:
+        return ImageBlock(source=_media_source(value))
+    data = part.get("b64_json") or part.get("data")
+    if isinstance(data, str) and data:
+        media_type = part.get("media_type") or part.get("mime_type")
+        return ImageBlock(source=Base64Source(media_type=str(media_type or "image/png"), data=data))
+    return None
+
+
+_RARE_DELTA_KEYS = frozenset(("refusal", "tool_calls", "function_call", "images"))
+_TEXT_PARTS = frozenset(("text", "output_text"))
+_THINKING_PARTS = frozenset(("thinking", "reasoning", "reasoning_text", "reasoning_content"))
+_IMAGE_PARTS = frozenset(("image_url", "output_image", "image"))
+
+
+def _content_parts(parts: Any, state: StreamState) -> tuple[str, str, str | None, tuple[ContentBlock, ...]]:
+    """``content`` sent as a list of parts: (text, thinking, thinking signature, other blocks)."""
+    texts: list[str] = []
+    thoughts: list[str] = []
+    signature: str | None = None
+    blocks: list[ContentBlock] = []
+    for part in parts if isinstance(parts, list) else (parts,):
+        if type(part) is str:
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            logger.debug("openai: ignoring a content part of type %s", type(part).__name__)
+            continue
+        kind = part.get("type")
+        if kind in _TEXT_PARTS or (kind is None and "text" in part):
+            texts.append(_plain_text(part.get("text")))
+        elif kind == "refusal":
+            texts.append(_plain_text(part.get("refusal", part.get("text"))))
+            state.refused = True
+        elif kind in _THINKING_PARTS:
+            # {"type": "thinking", "thinking": "..." | [{"type": "text", "text": ...}]} (Mistral,
+            # Anthropic-style proxies), {"type": "reasoning", "text": ...} and the like.
+            value = part[kind] if kind in part else part.get("thinking", part.get("text"))
+            thoughts.append(_plain_text(value))
+            sig = part.get("signature")
+            if sig and type(sig) is str:
+                signature = sig
+        elif kind in _IMAGE_PARTS:
+            block = _image_block(part)
+            if block is not None:
+                blocks.append(block)
+        else:
+            logger.debug("openai: ignoring a content part of type %r", kind)
+    return "".join(texts), "".join(thoughts), signature, tuple(blocks)
+
+
+def _images(images: Any) -> tuple[ContentBlock, ...]:
+    # OpenRouter (and gateways like it) put generated images beside the text: "images": [{image_url}].
+    out: list[ContentBlock] = []
+    for image in images if isinstance(images, list) else (images,):
+        block = _image_block(image) if isinstance(image, dict) else None
+        if block is not None:
+            out.append(block)
+    return tuple(out)
+
+
+def _refusal(value: Any, state: StreamState) -> str:
+    state.refused = True
+    return _plain_text(value)
+
+
+def _choice_usage(obj: Mapping[str, Any], choice: Mapping[str, Any]) -> Any:
+    """Usage sent elsewhere than at the top level: inside the choice (Kimi) or in ``x_groq`` (Groq)."""
+    usage = choice.get("usage")
+    if not usage:
+        groq = obj.get("x_groq")
+        if isinstance(groq, dict):
+            usage = groq.get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def parse_chunk(obj: Mapping[str, Any], state: StreamState | None = None) -> ChatResponse | None:
+    """One ``chat.completion.chunk`` as a `ChatResponse`, or None when it carries nothing (role-only chunks).
+
+    `state` is the reply's `StreamState` (one per stream); without it the chunk is read on its own
+    (tool calls keep the ``index`` the server gave them). This runs for every chunk of every reply:
+    the common chunks (a text or reasoning piece) return early, and the rarer shapes cost one
+    set-disjointness test together.
+    """
     text = thinking = ""
     calls: tuple[ToolCallChunk, ...] = ()
-    finish = None
+    signature: str | None = None
+    blocks: tuple[ContentBlock, ...] = ()
+    reason = None
+    usage = obj.get("usage")
     choices = obj.get("choices")
     if choices:
         choice = choices[0]
-        if choice.get("index", 0) == 0:
-            delta = choice.get("delta")
-            if delta:
-                text = delta.get("content") or delta.get("refusal") or ""
-                thinking = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                tool_calls = delta.get("tool_calls")
-                if tool_calls:
-                    calls = _call_chunks(tool_calls)
+        if not choice.get("index"):  # 0, or missing: the choices of n > 1 beyond the first are ignored
             reason = choice.get("finish_reason")
+            delta = choice.get("delta")
+            if delta is None:
+                delta = choice.get("message")  # a proxy sending whole messages as chunks
+            if delta:
+                content = delta.get("content")
+                if len(delta) == 1 and type(content) is str:  # {"content": "..."}: most chunks
+                    if not (reason or usage):
+                        return ChatResponse(text=content, raw=obj) if content else None
+                    text = content
+                else:
+                    if state is None:
+                        state = _LoneChunk()
+                    if content:
+                        if type(content) is str:
+                            text = content
+                        else:  # a list of parts
+                            text, thinking, signature, blocks = _content_parts(content, state)
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if reasoning:
+                        if type(reasoning) is not str:
+                            reasoning = _plain_text(reasoning)
+                        thinking = reasoning + thinking if thinking else reasoning
+                    if not _RARE_DELTA_KEYS.isdisjoint(delta):  # one C-level pass instead of four lookups
+                        if not text and delta.get("refusal"):
+                            text = _refusal(delta["refusal"], state)
+                        tool_calls = delta.get("tool_calls")
+                        if tool_calls:
+                            calls = _stream_calls(tool_calls, state)
+                        elif delta.get("function_call"):  # the legacy functions API
+                            calls = _stream_calls({"function": delta["function_call"]}, state)
+                        if delta.get("images"):
+                            blocks += _images(delta["images"])
+                    elif not (reason or usage or signature or blocks):  # a text or reasoning piece
+                        if thinking:
+                            return ChatResponse(text=text, thinking=thinking, raw=obj)
+                        return ChatResponse(text=text, raw=obj) if text else None
             if reason:
-                finish = _FINISH.get(reason, reason)
-    usage = obj.get("usage")
-    if not (text or thinking or calls or finish or usage):
+                reason = (_LoneChunk() if state is None else state).finish(reason)
+                if not usage:
+                    usage = _choice_usage(obj, choice)
+    if not (text or thinking or signature or calls or blocks or reason or usage):
         return None
     return ChatResponse(
         text=text,
         thinking=thinking,
+        thinking_signature=signature,
         tool_calls=calls,
+        blocks=blocks,
         usage=parse_usage(usage) if usage else None,
-        finish_reason=finish,
+        finish_reason=reason,
         raw=obj,
     )
 
 
 def parse_completion(obj: Mapping[str, Any]) -> ChatResponse:
     """A whole ``chat.completion`` (non-streaming) as one `ChatResponse`."""
+    state = StreamState()
     text = thinking = ""
+    signature: str | None = None
     calls: tuple[ToolCallChunk, ...] = ()
-    finish = None
-    choices = obj.get("choices")
-    if choices:
-        choice = choices[0]
-        message = choice.get("message") or {}
-        text = message.get("content") or message.get("refusal") or ""
-        thinking = message.get("reasoning_content") or message.get("reasoning") or ""
-        tool_calls = message.get("tool_calls")
-        if tool_calls:
-            calls = _call_chunks(tool_calls)
-        reason = choice.get("finish_reason")
-        if reason:
-            finish = _FINISH.get(reason, reason)
+    blocks: tuple[ContentBlock, ...] = ()
+    finish = "stop"
     usage = obj.get("usage")
+    choices = obj.get("choices")
+    if choices and type(choices) is list:
+        choice = choices[0]
+        message = choice.get("message") or choice.get("delta") or {}
+        content = message.get("content")
+        if content:
+            if type(content) is str:
+                text = content
+            else:
+                text, thinking, signature, blocks = _content_parts(content, state)
+        if not text and message.get("refusal"):
+            text = _refusal(message["refusal"], state)
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if reasoning:
+            reasoning = _plain_text(reasoning)
+            thinking = reasoning + thinking if thinking else reasoning
+        tool_calls = message.get("tool_calls") or (
+            {"function": message["function_call"]} if message.get("function_call") else None
+        )
+        if tool_calls:
+            calls = _whole_calls(tool_calls)
+            state.calls = len(calls)
+        if message.get("images"):
+            blocks += _images(message["images"])
+        finish = state.finish(choice.get("finish_reason") or "stop")
+        if not usage:
+            usage = _choice_usage(obj, choice)
     return ChatResponse(
         text=text,
         thinking=thinking,
+        thinking_signature=signature,
         tool_calls=calls,
+        blocks=blocks,
         usage=parse_usage(usage) if usage else None,
-        finish_reason=finish or ("tool_calls" if calls else "stop"),
+        finish_reason=finish,
         raw=obj,
     )
 
@@ -584,11 +878,13 @@ def api_error(
 
 
 def stream_error(*, provider: str, model: str, obj: Mapping[str, Any], api_key: str | None = None) -> ModelAPIError:
-    """An ``{"error": ...}`` object sent inside a 200 stream (OpenRouter and some proxies do this).
+    """An ``{"error": ...}`` object sent inside a 200 stream or body (OpenRouter, vLLM and some proxies do this).
 
     The error's numeric ``code``, when it has one, becomes the status (so a 429 or 502 is retried).
     """
     error = obj.get("error")
+    if not isinstance(error, Mapping) and obj.get("object") == "error":
+        error = obj  # older vLLM: {"object": "error", "message": ..., "code": 400}
     status: int | None = None
     if isinstance(error, Mapping):
         code = error.get("code") or error.get("status")

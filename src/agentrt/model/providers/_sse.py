@@ -2,7 +2,8 @@
 
 Lines are cut with `bytes.split` (C speed) and the common ``data: ...`` line takes one
 `startswith` check. CR and CRLF line ends are accepted, also when a CRLF is split across two
-network reads.
+network reads, and a UTF-8 byte order mark at the start of the stream is dropped (as the SSE spec
+says), also when it arrives split across reads.
 """
 
 from __future__ import annotations
@@ -13,21 +14,32 @@ SSEEvent = tuple[str, bytes]
 """``(event type, data)``; the type is ``"message"`` unless the stream set an ``event:`` field."""
 
 _DATA = b"data:"
+_BOM = b"\xef\xbb\xbf"
 
 
 class SSEDecoder:
     """Feed network reads with `feed`; each call returns the events those bytes completed."""
 
-    __slots__ = ("_data", "_event", "_skip_lf", "_tail")
+    __slots__ = ("_data", "_event", "_skip_lf", "_start", "_tail")
 
     def __init__(self) -> None:
         self._tail = b""
         self._data: list[bytes] = []
         self._event = ""
         self._skip_lf = False
+        self._start = True  # nothing decided yet about a byte order mark
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Decode `chunk` (any slice of the byte stream) and return the completed events."""
+        if self._start:
+            # Before the first 3 bytes are known, a BOM may still be arriving: hold them back.
+            head = self._tail + chunk
+            if len(head) < 3 and _BOM.startswith(head):
+                self._tail = head
+                return []
+            self._start = False
+            self._tail = b""
+            chunk = head[3:] if head.startswith(_BOM) else head
         if self._skip_lf:
             # The previous read ended in CR: a LF starting this one completes that CRLF.
             self._skip_lf = False
@@ -45,6 +57,7 @@ class SSEDecoder:
 
     def flush(self) -> list[SSEEvent]:
         """End of stream: return an event left without its closing blank line (lenient, as browsers are not)."""
+        self._start = False
         tail, self._tail = self._tail, b""
         events = self._lines([tail, b""]) if tail else []
         if self._data:

@@ -23,12 +23,20 @@ import aiohttp
 from yarl import URL
 
 from agentrt._json import dumps_bytes
-from agentrt.errors import ModelBehaviorError, ModelConnectionError, ModelError, ModelTimeoutError, UserError
+from agentrt.errors import (
+    ModelAPIError,
+    ModelBehaviorError,
+    ModelConnectionError,
+    ModelError,
+    ModelTimeoutError,
+    UserError,
+)
 from agentrt.message import Msg
 from agentrt.model.base import DEFAULT_OPTIONS, ChatModel, ChatResponse, GenerateOptions, ToolSchema
 from agentrt.model.providers._http import DEFAULT_MAX_CONNECTIONS, SessionLease
 from agentrt.model.providers._openai_format import (
     ChatCompletionsFormat,
+    StreamState,
     _uses_max_completion_tokens,
     api_error,
     parse_chunk,
@@ -58,6 +66,20 @@ __all__ = [
 _OPTION_FIELDS = frozenset(f.name for f in fields(GenerateOptions))
 _DONE = b"[DONE]"
 _EVENT_STREAM = "text/event-stream"
+_BOM = b"\xef\xbb\xbf"
+_SSE_STARTS = (b"data:", b"event:", b":", b"id:", b"retry:")
+
+
+def _is_sse(raw: bytes) -> bool:
+    """Whether a body is SSE frames rather than JSON (looks at its first field name only)."""
+    head = raw[:64].lstrip()
+    if head[:3] == _BOM:
+        head = head[3:].lstrip()
+    return head.startswith(_SSE_STARTS)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _version() -> str:
@@ -251,18 +273,26 @@ class OpenAIChatModel(ChatModel):
                         api_key=self.api_key,
                         key_env=self.api_key_env,
                     )
-                if not streaming or resp.content_type != _EVENT_STREAM:
-                    yield self._completion(await resp.read())
-                    return
+                reads: AsyncIterator[bytes]
+                if streaming and resp.content_type == _EVENT_STREAM:
+                    reads = resp.content.iter_any()
+                else:
+                    raw = await resp.read()
+                    if not _is_sse(raw):
+                        yield self._completion(raw)
+                        return
+                    # SSE frames in a plain body (proxies answer non-stream requests so): fold them as a stream.
+                    reads = _once(raw)
                 # The SSE loop is inlined here: a helper generator would add a layer per chunk.
                 decoder = SSEDecoder()
+                state = StreamState()
                 done = finished = False
-                async for data in resp.content.iter_any():
+                async for data in reads:
                     for event, payload in decoder.feed(data):
                         if done or payload == _DONE:
                             done = True  # read on to the end, so the connection goes back to the pool
                             continue
-                        chunk = self._event(event, payload)
+                        chunk = self._event(event, payload, state)
                         if chunk is not None:
                             if chunk.finish_reason is not None:
                                 finished = True
@@ -271,7 +301,7 @@ class OpenAIChatModel(ChatModel):
                     for event, payload in decoder.flush():
                         if payload == _DONE:
                             done = True
-                        elif (chunk := self._event(event, payload)) is not None:
+                        elif (chunk := self._event(event, payload, state)) is not None:
                             finished = finished or chunk.finish_reason is not None
                             yield chunk
                 if not (done or finished):
@@ -300,6 +330,8 @@ class OpenAIChatModel(ChatModel):
             ) from exc
 
     def _completion(self, raw: bytes) -> ChatResponse:
+        if raw[:3] == _BOM:
+            raw = raw[3:]
         try:
             obj = _loads(raw)
         except ValueError:
@@ -308,24 +340,57 @@ class OpenAIChatModel(ChatModel):
             ) from None
         if not isinstance(obj, Mapping):
             raise ModelBehaviorError(f"{self.provider} model {self.model_name!r}: unexpected body {raw[:200]!r}")
-        if "error" in obj and not obj.get("choices"):
+        if obj.get("error") or obj.get("object") == "error":
             raise stream_error(provider=self.provider, model=self.model_name, obj=obj, api_key=self.api_key)
-        return parse_completion(obj)
+        try:
+            return parse_completion(obj)
+        except (TypeError, AttributeError, KeyError, IndexError) as exc:
+            raise ModelBehaviorError(
+                f"{self.provider} model {self.model_name!r}: unexpected response shape ({exc!r}): {raw[:200]!r}"
+            ) from None
 
-    def _event(self, event: str, payload: bytes) -> ChatResponse | None:
+    def _event(self, event: str, payload: bytes, state: StreamState) -> ChatResponse | None:
         try:
             obj = _loads(payload)
         except ValueError:
-            raise ModelBehaviorError(
-                f"{self.provider} model {self.model_name!r}: unreadable stream chunk {payload[:200]!r}"
-            ) from None
+            self._reject_unreadable(event, payload)
+            return None
         if type(obj) is not dict:
             raise ModelBehaviorError(
                 f"{self.provider} model {self.model_name!r}: unexpected stream chunk {payload[:200]!r}"
             )
-        if event == "error" or ("error" in obj and not obj.get("choices")):
+        if ("error" in obj or event == "error") and (obj.get("error") or event == "error"):
+            # {"error": {...}} mid-stream (OpenAI, vLLM, OpenRouter, which also sends choices with it);
+            # "error": null on every chunk (some servers) is no error.
             raise stream_error(provider=self.provider, model=self.model_name, obj=obj, api_key=self.api_key)
-        return parse_chunk(obj)
+        try:
+            chunk = parse_chunk(obj, state)
+        except (TypeError, AttributeError, KeyError, IndexError) as exc:
+            raise ModelBehaviorError(
+                f"{self.provider} model {self.model_name!r}: unexpected stream chunk ({exc!r}): {payload[:200]!r}"
+            ) from None
+        if chunk is None and obj.get("object") == "error":  # older vLLM: {"object": "error", "message": ...}
+            raise stream_error(provider=self.provider, model=self.model_name, obj=obj, api_key=self.api_key)
+        return chunk
+
+    def _reject_unreadable(self, event: str, payload: bytes) -> None:
+        """Raise for a chunk that is not JSON, unless it is harmless (an empty heartbeat)."""
+        text = payload.strip()
+        if not text or text == _DONE:
+            return None  # an empty heartbeat ("data:" alone), or "[DONE]" with stray spaces
+        if event == "error":
+            message = text[:500].decode("utf-8", "replace")
+            if self.api_key:
+                message = message.replace(self.api_key, "***")
+            raise ModelAPIError(
+                f"{self.provider} model {self.model_name!r}: error in the response stream: {message}",
+                status=None,
+                body=message,
+                model=self.model_name,
+            )
+        raise ModelBehaviorError(
+            f"{self.provider} model {self.model_name!r}: unreadable stream chunk {payload[:200]!r}"
+        )
 
     async def aclose(self) -> None:
         """Release the shared session (closed when no other model uses it); a given session stays open."""
