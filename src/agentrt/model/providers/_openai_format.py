@@ -17,10 +17,7 @@ from typing import Any
 
 from agentrt import _json
 from agentrt.errors import (
-    AuthenticationError,
-    ContextWindowExceededError,
     ModelAPIError,
-    RateLimitError,
     UserError,
 )
 from agentrt.message import (
@@ -38,6 +35,7 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import META_RAW_ARGUMENTS
 from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
+from agentrt.model.providers._errors import classify_api_error
 from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = [
@@ -862,19 +860,18 @@ def api_error(
         body = text
     message, code = _error_details(body)
     where = f"{provider} model {model!r}: HTTP {status}" + (f" ({code})" if code else "")
-    lowered = message.lower()
-    if status in (401, 403):
-        hint = f"; check the API key ({key_env} or api_key=...)" if key_env else "; check the API key"
-        return AuthenticationError(f"{where}: {message}{hint}", status=status, body=body, model=model)
-    if status == 429:
-        return RateLimitError(
-            f"{where}: {message}", status=status, body=body, model=model, retry_after=parse_retry_after(headers)
-        )
-    if status in (400, 413, 422) and (
-        code == "context_length_exceeded" or any(marker in lowered for marker in _CONTEXT_MARKERS)
-    ):
-        return ContextWindowExceededError(f"{where}: {message}", status=status, body=body, model=model)
-    return ModelAPIError(f"{where}: {message}", status=status, body=body, model=model)
+    hint = f"; check the API key ({key_env} or api_key=...)" if key_env else "; check the API key"
+    return classify_api_error(
+        status,
+        body,
+        text=f"{where}: {message}",
+        model=model,
+        message=message,
+        too_long=_CONTEXT_MARKERS,
+        context_exceeded=code == "context_length_exceeded",
+        retry_after=parse_retry_after(headers) if status == 429 else None,
+        auth_hint=hint,
+    )
 
 
 def stream_error(*, provider: str, model: str, obj: Mapping[str, Any], api_key: str | None = None) -> ModelAPIError:
