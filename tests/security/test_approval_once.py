@@ -73,7 +73,7 @@ def approve(call_id: str) -> Msg:
 async def check(agent: ReActAgent) -> None:
     """The stored history is valid (only waiting or crashed-in-flight calls may be open) and so is every prompt."""
     state = await agent.get_state("u", "s")
-    pending = {str(e["id"]) for e in (state.pending or {}).get("calls") or ()}
+    pending = {e.id for e in state.pending.calls} if state.pending is not None else set()
     in_flight = state.tool_state.get("in_flight") or {}
     assert_valid_history(state.messages, pending | {str(c) for c in in_flight.get("calls") or ()})
     model = agent.model
@@ -200,7 +200,8 @@ async def test_edited_input_is_decided_again_deny_wins() -> None:
         paused = await agent.call(f"work on staging ({target})", CTX)
         assert paused.generate_reason is GenerateReason.AWAITING_CONFIRMATION
         state = await agent.get_state("u", "s")
-        call_id = str((state.pending or {})["calls"][0]["id"])
+        assert state.pending is not None
+        call_id = state.pending.calls[0].id
         edited = ToolUseBlock(id=call_id, name="danger", input={"target": target})
         await agent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call=edited)]), CTX)
     assert d.runs == []
@@ -224,8 +225,8 @@ async def test_edited_input_that_raises_a_new_question_asks_again() -> None:
     again = await agent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call=edited)]), CTX)
     assert again.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert d.runs == []
-    pending = (await agent.get_state("u", "s")).pending or {}
-    assert pending["calls"][0]["input"] == {"target": "db-main"}
+    pending = (await agent.get_state("u", "s")).pending
+    assert pending is not None and pending.calls[0].input == {"target": "db-main"}
     await agent.call(approve("c1"), CTX)
     assert d.runs == ["db-main"]
     await check(agent)
@@ -286,7 +287,7 @@ async def _play(ops: list[str]) -> None:
     approved: list[str] = []
     for op in ops:
         state = await agent.get_state("u", "s")
-        waiting = [str(e["id"]) for e in (state.pending or {}).get("calls") or ()]
+        waiting = [e.id for e in state.pending.calls] if state.pending is not None else []
         if op in ("approve", "interrupt_tool", "crash_tool", "deny") and waiting:
             call_id = waiting[0]
             if op == "deny":

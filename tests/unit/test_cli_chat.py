@@ -95,7 +95,7 @@ def test_pending_calls_flattens_subagents() -> None:
     }
     calls = pending_calls(pending)
     assert [(c.id, c.kind) for c in calls] == [("1", "confirm"), ("3", "external")]
-    assert calls[0].suggested_rules == [PermissionRule(tool="a")]
+    assert [PermissionRule.coerce(r) for r in calls[0].suggested_rules] == [PermissionRule(tool="a")]
     assert pending_calls(None) == []
 
 

@@ -2,8 +2,9 @@
 
 A turn's tool calls are sorted by the permission engine: denied calls get a denied result,
 allowed calls run, calls that need approval and external calls wait. While something waits,
-`AgentState.pending` holds the waiting calls (JSON, so another process sharing the store can
-resume), the call returns a pause reply, and the next call on the session must answer.
+`AgentState.pending` holds the waiting calls (a `Pending`, stored as JSON, so another process
+sharing the store can resume), the call returns a pause reply, and the next call on the session
+must answer.
 
 An approval is spent exactly once: the checkpoint that removes a call from `pending` is the one
 that records it as started (in flight), so an interrupt, a closed stream or a crash while it runs
@@ -39,6 +40,7 @@ from agentrt.permission import (
     PermissionRule,
     check_answer_rule,
 )
+from agentrt.state.pending import CONFIRM, EXTERNAL, META_PENDING, SUBAGENT, Pending, PendingCall, flatten_pending
 from agentrt.tool._execution import META_SUSPENDED, ToolExecutor, error_result, to_result
 
 if TYPE_CHECKING:
@@ -46,10 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["META_PENDING", "act", "engine_for", "recover", "resume"]
 
-CONFIRM = "confirm"
-EXTERNAL = "external"
-SUBAGENT = "subagent"
-META_PENDING = "pending_tool_calls"
 Runner = Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
 OnResult = Callable[[ToolResultBlock, float], Awaitable[None]] | None
 
@@ -68,15 +66,15 @@ def _needs_engine(engine: PermissionEngine, tool: Any) -> bool:
     )
 
 
-def _entry(call: ToolUseBlock, kind: str, reason: str = "", rules: Sequence[PermissionRule] = ()) -> dict[str, Any]:
-    return {
-        "id": call.id,
-        "name": call.name,
-        "input": dict(call.input),
-        "kind": kind,
-        "reason": reason,
-        "suggested_rules": [r.to_dict() for r in rules],
-    }
+def _entry(call: ToolUseBlock, kind: str, reason: str = "", rules: Sequence[PermissionRule] = ()) -> PendingCall:
+    return PendingCall(
+        id=call.id,
+        name=call.name,
+        input=dict(call.input),
+        kind=kind,
+        reason=reason,
+        suggested_rules=tuple(r.to_dict() for r in rules),
+    )
 
 
 def _suspended(result: ToolResultBlock) -> Mapping[str, Any] | None:
@@ -87,11 +85,15 @@ def _suspended(result: ToolResultBlock) -> Mapping[str, Any] | None:
     return None
 
 
-def _subagent_entry(call: ToolUseBlock, payload: Mapping[str, Any]) -> dict[str, Any]:
-    entry = _entry(call, SUBAGENT)
-    entry["children"] = list(payload["pending"])
-    entry["state"] = payload.get("state")
-    return entry
+def _subagent_entry(call: ToolUseBlock, payload: Mapping[str, Any]) -> PendingCall:
+    return PendingCall(
+        id=call.id,
+        name=call.name,
+        input=dict(call.input),
+        kind=SUBAGENT,
+        children=tuple(PendingCall.from_dict(c) for c in payload["pending"]),
+        state=payload.get("state"),
+    )
 
 
 def _denied(call: ToolUseBlock, text: str) -> ToolResultBlock:
@@ -111,7 +113,7 @@ async def act(
     """Run one turn's calls under the permission engine; a pause reply if some must wait."""
     engine = _engine(agent, run)
     done: dict[str, ToolResultBlock] = {}
-    pending: list[dict[str, Any]] = []
+    pending: list[PendingCall] = []
     to_run: list[ToolUseBlock] = []
     for call in calls:
         tool = executor.lookup(call.name)
@@ -180,7 +182,7 @@ async def _settle(
     agent: ReActAgent,
     run: Run,
     results: list[ToolResultBlock],
-    pending: list[dict[str, Any]],
+    pending: list[PendingCall],
     step_content: Sequence[ContentBlock] | None,
     assistant_id: str,
     notes: Sequence[Msg] = (),
@@ -190,9 +192,7 @@ async def _settle(
         run.add_messages(Msg(role="user", content=list(results)))
     _turns.without_in_flight(run)
     if pending:
-        entry: dict[str, Any] = {"reply_id": run.reply_id, "assistant_id": assistant_id, "calls": pending}
-        if notes:
-            entry["notes"] = [n.to_dict() for n in notes]
+        entry = Pending(reply_id=run.reply_id, assistant_id=assistant_id, calls=tuple(pending), notes=tuple(notes))
         run.set_field("pending", entry)
         await run.checkpoint()
         return _pause(agent, run, pending, step_content)
@@ -204,23 +204,10 @@ async def _settle(
     return None
 
 
-def _leaves(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The calls the caller must answer: subagent entries are replaced by their children."""
-    out: list[Mapping[str, Any]] = []
-    for entry in entries:
-        if entry.get("kind") == SUBAGENT:
-            out.extend(_leaves(entry.get("children") or ()))
-        else:
-            out.append(entry)
-    return out
-
-
-def _pause(
-    agent: ReActAgent, run: Run, pending: list[dict[str, Any]], step_content: Sequence[ContentBlock] | None
-) -> Msg:
-    leaves = _leaves(pending)
-    confirm = [_pending_call(e) for e in leaves if e.get("kind") == CONFIRM]
-    external = [_pending_call(e) for e in leaves if e.get("kind") == EXTERNAL]
+def _pause(agent: ReActAgent, run: Run, pending: list[PendingCall], step_content: Sequence[ContentBlock] | None) -> Msg:
+    leaves = flatten_pending(pending)
+    confirm = [_pending_call(e) for e in leaves if e.kind == CONFIRM]
+    external = [_pending_call(e) for e in leaves if e.kind == EXTERNAL]
     if confirm:
         run.event(ev.RequireUserConfirm, tool_calls=confirm)
     if external:
@@ -233,29 +220,29 @@ def _pause(
         name=agent.name,
         id=run.reply_id,
         usage=run.usage,
-        metadata={META_GENERATE_REASON: reason.value, META_PENDING: [dict(e) for e in leaves]},
+        metadata={META_GENERATE_REASON: reason.value, META_PENDING: [e.to_dict() for e in leaves]},
     )
 
 
-def _pending_call(entry: Mapping[str, Any]) -> ev.PendingToolCall:
+def _pending_call(entry: PendingCall) -> ev.PendingToolCall:
     return ev.PendingToolCall(
-        id=entry["id"],
-        name=entry["name"],
-        input=entry.get("input") or {},
-        suggested_rules=[PermissionRule.from_dict(r) for r in entry.get("suggested_rules") or ()],
-        reason=entry.get("reason", ""),
+        id=entry.id,
+        name=entry.name,
+        input=entry.input,
+        suggested_rules=[PermissionRule.from_dict(r) for r in entry.suggested_rules],
+        reason=entry.reason,
     )
 
 
-def _as_call(entry: Mapping[str, Any]) -> ToolUseBlock:
-    return ToolUseBlock(id=entry["id"], name=entry["name"], input=entry.get("input") or {})
+def _as_call(entry: PendingCall) -> ToolUseBlock:
+    return ToolUseBlock(id=entry.id, name=entry.name, input=dict(entry.input))
 
 
 # -- resuming -----------------------------------------------------------------------------------------------
-def _how_to(pending: Sequence[Mapping[str, Any]]) -> str:
-    leaves = _leaves(pending)
-    confirm = [f"{e['name']} ({e['id']})" for e in leaves if e.get("kind") == CONFIRM]
-    external = [f"{e['name']} ({e['id']})" for e in leaves if e.get("kind") == EXTERNAL]
+def _how_to(pending: Sequence[PendingCall]) -> str:
+    leaves = flatten_pending(pending)
+    confirm = [f"{e.name} ({e.id})" for e in leaves if e.kind == CONFIRM]
+    external = [f"{e.name} ({e.id})" for e in leaves if e.kind == EXTERNAL]
     parts = []
     if confirm:
         parts.append(
@@ -267,7 +254,7 @@ def _how_to(pending: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _collect(
-    inputs: Sequence[Msg], pending: Sequence[Mapping[str, Any]]
+    inputs: Sequence[Msg], pending: Sequence[PendingCall]
 ) -> tuple[dict[str, ConfirmResult], dict[str, ToolResultBlock], list[Msg]]:
     confirms: dict[str, ConfirmResult] = {}
     externals: dict[str, ToolResultBlock] = {}
@@ -305,11 +292,11 @@ def _collect(
 
 
 def _validate(
-    pending: Sequence[Mapping[str, Any]],
+    pending: Sequence[PendingCall],
     confirms: Mapping[str, ConfirmResult],
     externals: Mapping[str, ToolResultBlock],
 ) -> None:
-    kinds = {e["id"]: e.get("kind") for e in _leaves(pending)}
+    kinds = {e.id: e.kind for e in flatten_pending(pending)}
     stale = [i for i in [*confirms, *externals] if i not in kinds]
     if stale:
         raise NotPendingError(
@@ -329,17 +316,17 @@ def _validate(
 def _accepted_rules(
     agent: ReActAgent,
     executor: ToolExecutor,
-    entries: Sequence[Mapping[str, Any]],
+    entries: Sequence[PendingCall],
     confirms: Mapping[str, ConfirmResult],
 ) -> list[PermissionRule]:
     """The rules sent with approvals, vetted: an answer may narrow what runs, never widen it past the call."""
     mode = PermissionContext.coerce(agent.permission).mode
-    names = {e["id"]: e.get("name", "") for e in _leaves(entries)}
+    names = {e.id: e.name for e in flatten_pending(entries)}
     accepted: list[PermissionRule] = []
     for answer in confirms.values():
         if not answer.confirmed or not answer.rules:
             continue
-        tool = executor.lookup(str(names.get(answer.tool_call_id, "")))
+        tool = executor.lookup(names.get(answer.tool_call_id, ""))
         for raw in answer.rules:
             rule = PermissionRule.coerce(raw)
             refusal = check_answer_rule(rule, tool=tool, mode=mode)
@@ -371,7 +358,7 @@ def _decide(
     engine: PermissionEngine,
     executor: ToolExecutor,
     run: Run,
-    entry: Mapping[str, Any],
+    entry: PendingCall,
     answer: ConfirmResult,
 ) -> tuple[str, ToolUseBlock, str]:
     """What to do with an approved call: run it, deny it, or ask again (its arguments changed the question)."""
@@ -389,7 +376,7 @@ def _decide(
     if (
         verdict.decision is Decision.ASK
         and dict(effective.input) != dict(call.input)
-        and verdict.reason != entry.get("reason", "")
+        and verdict.reason != entry.reason
     ):
         # The human approved another question than the one this call now raises.
         return _ASK, effective, verdict.reason
@@ -400,37 +387,37 @@ async def resume(
     agent: ReActAgent, run: Run, executor: ToolExecutor, runner: Runner, on_result: OnResult
 ) -> Msg | None:
     """Apply the caller's answers to the pending calls. Returns a pause reply if some still wait."""
-    state_pending = run.state.pending or {}
-    entries: list[Mapping[str, Any]] = list(state_pending.get("calls") or ())
-    assistant_id = str(state_pending.get("assistant_id") or _last_assistant_id(run))
+    state_pending = run.state.pending or Pending()
+    entries = list(state_pending.calls)
+    assistant_id = state_pending.assistant_id or _last_assistant_id(run)
     confirms, externals, notes = _collect(run.input, entries)
     _validate(entries, confirms, externals)
     accepted = _accepted_rules(agent, executor, entries, confirms)
     engine = _engine(agent, run, accepted)
     # Decide every approved call before anything changes: a refused answer must spend nothing.
     plans: dict[str, tuple[str, ToolUseBlock, str]] = {
-        e["id"]: _decide(engine, executor, run, e, confirms[e["id"]])
+        e.id: _decide(engine, executor, run, e, confirms[e.id])
         for e in entries
-        if e.get("kind") == CONFIRM and e["id"] in confirms and confirms[e["id"]].confirmed
+        if e.kind == CONFIRM and e.id in confirms and confirms[e.id].confirmed
     }
     if accepted:
         run.set_field("rules", [*run.state.rules, *(r.to_dict() for r in accepted)])
     if externals and run.streaming:
         # The result belongs to the call that asked for it (AgentScope: the request's reply id).
-        asked_by = str(state_pending.get("reply_id") or run.reply_id)
+        asked_by = state_pending.reply_id or run.reply_id
         run.emit(
             ev.ExternalExecutionResult(
                 reply_id=asked_by, session_id=run.session_id, source=agent.name, results=list(externals.values())
             )
         )
-    held = [Msg.from_json(n) for n in state_pending.get("notes") or ()]
+    held = list(state_pending.notes)
     results: list[ToolResultBlock] = await _dead_run_results(agent, run, executor, assistant_id)
-    still: list[dict[str, Any]] = []
+    still: list[PendingCall] = []
     waiting = list(entries)
     for entry in entries:
         waiting.remove(entry)
         call = _as_call(entry)
-        kind = entry.get("kind")
+        kind = entry.kind
         if kind == CONFIRM and call.id in confirms:
             answer = confirms[call.id]
             if not answer.confirmed:
@@ -480,11 +467,11 @@ async def resume(
             # The event of a returned external result belongs to the call that asked for it.
             results.append(ToolResultBlock(id=call.id, name=call.name, output=given.output, state=given.state))
         elif kind == SUBAGENT:
-            child_ids = {c["id"] for c in _leaves(entry.get("children") or ())}
+            child_ids = {c.id for c in flatten_pending(entry.children)}
             answers: list[Any] = [confirms[i] for i in child_ids if i in confirms]
             answers += [externals[i] for i in child_ids if i in externals]
             if not answers:
-                still.append(dict(entry))
+                still.append(entry)
                 continue
             _consume(run, state_pending, assistant_id, [*still, *waiting], [call.id], results)
             await run.checkpoint()
@@ -497,23 +484,20 @@ async def resume(
                 await on_result(result, 0.0)
             results.append(result)
         else:
-            still.append(dict(entry))
+            still.append(entry)
     return await _settle(agent, run, results, still, None, assistant_id, [*held, *notes])
 
 
 def _consume(
     run: Run,
-    state_pending: Mapping[str, Any],
+    state_pending: Pending,
     assistant_id: str,
-    remaining: Sequence[Mapping[str, Any]],
+    remaining: Sequence[PendingCall],
     started: Sequence[str],
     results: Sequence[ToolResultBlock],
 ) -> None:
     """Stage the checkpoint that spends approvals: `started` leave `pending` and are recorded in flight."""
-    entry = {k: v for k, v in state_pending.items() if k != "calls"}
-    entry["assistant_id"] = assistant_id
-    entry["calls"] = [dict(e) for e in remaining]
-    run.set_field("pending", entry)
+    run.set_field("pending", dataclasses.replace(state_pending, assistant_id=assistant_id, calls=tuple(remaining)))
     _turns.set_in_flight(run, assistant_id, started, results)
 
 
@@ -572,14 +556,14 @@ async def recover(
 
 
 async def _resume_subagent(
-    executor: ToolExecutor, call: ToolUseBlock, entry: Mapping[str, Any], answers: list[Any], run: Run
+    executor: ToolExecutor, call: ToolUseBlock, entry: PendingCall, answers: list[Any], run: Run
 ) -> ToolResultBlock:
     tool = executor.lookup(call.name)
     resume_fn = getattr(tool, "resume", None) if tool is not None else None
     if resume_fn is None:
         return error_result(call, f"Tool {call.name!r} can no longer be resumed (it was removed or changed).")
     try:
-        value = await resume_fn(entry.get("state"), answers, run.ctx)
+        value = await resume_fn(entry.state, answers, run.ctx)
     except ToolSuspended as exc:
         return ToolResultBlock(
             id=call.id,

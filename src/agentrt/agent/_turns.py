@@ -121,7 +121,7 @@ def close_turn(run: Run, text: str = INTERRUPTED_RESULT, state: str = "interrupt
     if turn is not None:
         assistant, missing = turn
         recorded = recorded_results(run, assistant.id)
-        waiting = {str(e.get("id")) for e in (pending or {}).get("calls") or ()}
+        waiting = {c.id for c in pending.calls} if pending is not None else set()
         results: list[ToolResultBlock] = []
         for call in missing:
             if call.id in recorded:
@@ -132,10 +132,9 @@ def close_turn(run: Run, text: str = INTERRUPTED_RESULT, state: str = "interrupt
         run.add_messages(Msg(role="user", content=list(results)))
     without_in_flight(run)
     if pending is not None:
-        notes = [Msg.from_json(n) for n in pending.get("notes") or ()]
         run.set_field("pending", None)
-        if notes:
-            run.add_messages(*notes)
+        if pending.notes:
+            run.add_messages(*pending.notes)
 
 
 def inert_input(messages: Sequence[Msg]) -> list[Msg]:

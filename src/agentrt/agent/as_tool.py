@@ -24,6 +24,7 @@ from agentrt.errors import ToolArgumentsError, ToolRetry, ToolSuspended, UserErr
 from agentrt.events import AgentEvent, RunFinished
 from agentrt.message import GenerateReason, Msg, TextBlock, TokenUsage, ToolResultBlock, new_id
 from agentrt.permission import ConfirmResult
+from agentrt.state.pending import META_PENDING
 from agentrt.tool.base import Tool
 
 __all__ = ["Delegate", "SessionStrategy", "agent_as_tool"]
@@ -220,8 +221,6 @@ def _as_reply(result: Any, agent: Delegate) -> Msg:
 def _outcome(reply: Msg, agent: Delegate, ctx: RuntimeContext) -> Any:
     reason = reply.generate_reason
     if reason in _PAUSED:
-        from agentrt.agent._hitl import META_PENDING
-
         pending = [dict(p) for p in reply.metadata.get(META_PENDING) or ()]
         raise ToolSuspended(pending, state={"session_id": ctx.key[1]})
     if reason is GenerateReason.INTERRUPTED:

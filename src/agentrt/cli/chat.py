@@ -29,8 +29,9 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
+
+from agentrt.state.pending import Pending, PendingCall, flatten_pending
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -409,42 +410,9 @@ class ChatRenderer:
 # --------------------------------------------------------------------------------------------------
 # pending approvals
 # --------------------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class PendingCall:
-    """A tool call waiting in the session: for approval (``confirm``) or for an external result."""
-
-    id: str
-    name: str
-    input: dict[str, Any]
-    kind: str
-    reason: str = ""
-    suggested_rules: "list[PermissionRule]" = field(default_factory=list)
-
-
-def pending_calls(pending: Mapping[str, Any] | None) -> list[PendingCall]:
+def pending_calls(pending: Pending | Mapping[str, Any] | None) -> list[PendingCall]:
     """The calls the user must answer, from `AgentState.pending` (subagent entries flattened)."""
-    from agentrt.permission import PermissionRule
-
-    out: list[PendingCall] = []
-
-    def walk(entries: Sequence[Mapping[str, Any]]) -> None:
-        for entry in entries:
-            if entry.get("kind") == "subagent":
-                walk(entry.get("children") or ())
-                continue
-            out.append(
-                PendingCall(
-                    id=str(entry["id"]),
-                    name=str(entry["name"]),
-                    input=dict(entry.get("input") or {}),
-                    kind=str(entry.get("kind") or "confirm"),
-                    reason=str(entry.get("reason") or ""),
-                    suggested_rules=[PermissionRule.coerce(r) for r in entry.get("suggested_rules") or ()],
-                )
-            )
-
-    walk((pending or {}).get("calls") or ())
-    return out
+    return flatten_pending(Pending.coerce(pending))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -762,7 +730,8 @@ class ChatSession:
                 + (f" [dim]({escape(call.reason)})[/]" if call.reason else ""),
                 highlight=False,
             )
-            general = call.suggested_rules[-1] if call.suggested_rules else PermissionRule(tool=call.name)
+            suggested = call.suggested_rules
+            general = PermissionRule.coerce(suggested[-1]) if suggested else PermissionRule(tool=call.name)
             while True:
                 try:
                     answer = self._input(APPROVAL_PROMPT).strip()

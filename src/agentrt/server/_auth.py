@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agentrt.errors import UserError
+from agentrt.server._errors import ApiError
 
-__all__ = ["ENV_API_KEYS", "ApiKeyAuth", "RateLimit", "RateLimiter", "parse_api_keys_env"]
+__all__ = ["ENV_API_KEYS", "ApiKeyAuth", "RateLimit", "RateLimiter", "authenticate", "parse_api_keys_env"]
 
 ENV_API_KEYS = "AGENTRT_API_KEYS"
 """Environment variable with ``key1=user1,key2=user2``."""
@@ -129,3 +130,34 @@ class RateLimiter:
             return 0.0
         self._buckets[key_id] = (tokens, now)
         return (1.0 - tokens) / rate
+
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agentrt"'}
+
+
+def authenticate(auth: ApiKeyAuth, authorization: str | None, rate_limiter: RateLimiter | None = None) -> str:
+    """The user id of an ``Authorization: Bearer <key>`` header (`ApiError`: 401 missing or unknown, 429 limited)."""
+    if not authorization:
+        raise ApiError(
+            401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key", headers=_CHALLENGE
+        )
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise ApiError(
+            401, "malformed Authorization header: expected 'Bearer <key>'", code="invalid_api_key", headers=_CHALLENGE
+        )
+    user_id = auth.user_for(key)
+    if user_id is None:
+        raise ApiError(401, "invalid API key", code="invalid_api_key", headers=_CHALLENGE)
+    if rate_limiter is not None:
+        wait = rate_limiter.acquire(ApiKeyAuth.key_id(key))
+        if wait > 0:
+            seconds = max(1, math.ceil(wait))
+            raise ApiError(
+                429,
+                f"rate limit exceeded for this API key; retry in {seconds} s",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(seconds)},
+            )
+    return user_id

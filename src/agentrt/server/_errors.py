@@ -9,15 +9,19 @@ plus ``details`` (a list of ``{"loc", "msg", "type"}``) for validation errors.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from agentrt import _json
 from agentrt.errors import (
+    AgentrtError,
     ModelError,
     ModelTimeoutError,
     RateLimitError,
@@ -32,9 +36,12 @@ __all__ = [
     "InvalidParameterError",
     "JSONResponse",
     "error_for_exception",
+    "exception_handlers",
     "json_response",
     "redact_secrets",
 ]
+
+logger = logging.getLogger("agentrt.server")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -160,3 +167,56 @@ def error_for_exception(exc: BaseException) -> ApiError | None:
     if isinstance(exc, ModelError):
         return ApiError(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
     return None
+
+
+def exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """The app's exception handlers: every error becomes the JSON error body above."""
+    return {
+        ApiError: _api_error,
+        HTTPException: _http_error,
+        ClientDisconnect: _client_disconnected,
+        AgentrtError: _agentrt_error,
+        Exception: _server_error,
+    }
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # Not a server failure: log it once, quietly (the Exception handler would log an ERROR and
+    # re-raise, and uvicorn would log the traceback again). Nobody is left to read the answer.
+    logger.info("%s %s: the client disconnected before sending the whole request", request.method, request.url.path)
+    return ApiError(400, "the client disconnected mid-request", code="client_disconnected").response()
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    messages = {404: "not found", 405: "method not allowed"}
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    message = exc.detail if exc.detail and exc.detail not in ("Not Found", "Method Not Allowed") else ""
+    error = ApiError(
+        exc.status_code,
+        message or messages.get(exc.status_code, "request failed"),
+        code=code,
+        headers=dict(exc.headers or {}),
+    )
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=error.headers)
+    return error.response()
+
+
+async def _agentrt_error(request: Request, exc: Exception) -> Response:
+    error = error_for_exception(exc)
+    if error is None:
+        return await _server_error(request, exc)
+    if error.status >= 500:
+        logger.warning("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    return error.response()
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return ApiError(500, "internal server error", code="internal_error").response()

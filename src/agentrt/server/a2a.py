@@ -80,7 +80,8 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.server._errors import ApiError
-from agentrt.server.app import ServerContext, pending_calls
+from agentrt.server.context import ServerContext, pending_calls
+from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
 
 __all__ = [
     "DATA_KEY",
@@ -488,9 +489,9 @@ class AgentrtExecutor(AgentExecutor):
             if word in _APPROVE or word in _DENY:
                 # A bare "approve" / "deny" answers every call waiting for approval.
                 state = await self.agent.get_state(*ctx.key)
-                waiting = [p for p in pending_calls(state) if p["kind"] == "confirm"]
+                waiting = [p for p in pending_calls(state) if p.kind == CONFIRM]
                 if waiting:
-                    confirms = [{"tool_call_id": p["id"], "confirmed": word in _APPROVE} for p in waiting]
+                    confirms = [{"tool_call_id": p.id, "confirmed": word in _APPROVE} for p in waiting]
                     blocks = []
         metadata = {META_CONFIRM_RESULTS: confirms} if confirms else {}
         return Msg(role="user", content=blocks, metadata=metadata, id=message.message_id or uuid.uuid4().hex)
@@ -552,24 +553,24 @@ def _error_message(updater: TaskUpdater, exc: BaseException) -> Message:
 
 
 def _pending_message(
-    updater: TaskUpdater, calls: Sequence[Mapping[str, Any]], *, reply_id: str = "", note: str = ""
+    updater: TaskUpdater, calls: Sequence[PendingCall], *, reply_id: str = "", note: str = ""
 ) -> Message:
-    confirm = [c for c in calls if c.get("kind", "confirm") == "confirm"]
-    external = [c for c in calls if c.get("kind") == "external"]
+    confirm = [c for c in calls if c.kind == CONFIRM]
+    external = [c for c in calls if c.kind == EXTERNAL]
     lines = []
     if note:
         lines.append(note)
     if confirm:
         lines.append(
             "Approval needed for: "
-            + "; ".join(f"{c['name']}({_json.dumps(dict(c.get('input') or {}))}) [call {c['id']}]" for c in confirm)
+            + "; ".join(f"{c.name}({_json.dumps(dict(c.input))}) [call {c.id}]" for c in confirm)
             + ". Reply 'approve' or 'deny', or send a data part "
             '{"confirm_results": [{"tool_call_id": "...", "confirmed": true}]}.'
         )
     if external:
         lines.append(
             "Run these calls and send their results: "
-            + "; ".join(f"{c['name']}({_json.dumps(dict(c.get('input') or {}))}) [call {c['id']}]" for c in external)
+            + "; ".join(f"{c.name}({_json.dumps(dict(c.input))}) [call {c.id}]" for c in external)
             + ' as a data part {"tool_results": [{"tool_call_id": "...", "output": "..."}]}.'
         )
     payload = {
@@ -582,14 +583,14 @@ def _pending_message(
     return updater.new_agent_message([new_text_part("\n".join(lines)), new_data_part(payload, "application/json")])
 
 
-def _call_dict(call: Mapping[str, Any]) -> dict[str, Any]:
+def _call_dict(call: PendingCall) -> dict[str, Any]:
     return {
-        "id": call["id"],
-        "name": call["name"],
-        "kind": call.get("kind", "confirm"),
-        "input": _json.jsonable(dict(call.get("input") or {})),
-        "suggested_rules": _json.jsonable(list(call.get("suggested_rules") or ())),
-        "reason": call.get("reason", ""),
+        "id": call.id,
+        "name": call.name,
+        "kind": call.kind,
+        "input": _json.jsonable(dict(call.input)),
+        "suggested_rules": _json.jsonable(list(call.suggested_rules)),
+        "reason": call.reason,
     }
 
 
@@ -691,8 +692,8 @@ class _Publisher:
             return
         reason = reply.generate_reason
         if self._confirm or self._external:
-            calls = [_pending_entry(c, "confirm") for c in self._confirm]
-            calls += [_pending_entry(c, "external") for c in self._external]
+            calls = [_pending_entry(c, CONFIRM) for c in self._confirm]
+            calls += [_pending_entry(c, EXTERNAL) for c in self._external]
             await self.updater.requires_input(_pending_message(self.updater, calls, reply_id=reply.id))
             return
         parts = [new_text_part(reply.text)] if reply.text else []
@@ -705,5 +706,13 @@ class _Publisher:
             await self.updater.complete(message)
 
 
-def _pending_entry(call: ev.PendingToolCall, kind: str) -> dict[str, Any]:
-    return {**call.to_dict(), "kind": kind}
+def _pending_entry(call: ev.PendingToolCall, kind: str) -> PendingCall:
+    data = call.to_dict()
+    return PendingCall(
+        id=call.id,
+        name=call.name,
+        input=data["input"],
+        kind=kind,
+        reason=call.reason,
+        suggested_rules=tuple(data["suggested_rules"]),
+    )

@@ -92,8 +92,9 @@ from agentrt.message import (
 )
 from agentrt.message import TokenUsage as AgentrtUsage
 from agentrt.server._errors import ApiError
-from agentrt.server.app import ServerContext, pending_calls
+from agentrt.server.context import ServerContext, pending_calls
 from agentrt.state.base import AgentState
+from agentrt.state.pending import EXTERNAL
 from agentrt.tool.base import Tool
 from agentrt.tool.toolkit import Toolkit
 
@@ -288,7 +289,7 @@ def build_input(run_input: RunAgentInput, state: AgentState) -> list[Msg]:
     pending = pending_calls(state)
     messages = list(run_input.messages)
     if pending:
-        external = {str(e["id"]): str(e.get("name", "")) for e in pending if e.get("kind") == "external"}
+        external = {e.id: e.name for e in pending if e.kind == EXTERNAL}
         results = [
             ToolResultBlock(
                 id=m.tool_call_id,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -54,10 +54,11 @@ from agentrt.server._errors import ApiError, error_for_exception, json_response
 from agentrt.server._limits import header_safe
 from agentrt.server._models import ChatCompletion, ChatCompletionRequest, ChatMessage
 from agentrt.server._openapi import error_responses, schema_ref
+from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
 
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentBase
-    from agentrt.server.app import ServerContext
+    from agentrt.server.context import ServerContext
 
 __all__ = ["openapi_paths", "routes"]
 
@@ -230,7 +231,7 @@ async def chat_completions(server: ServerContext, request: Request) -> Response:
     server.check_session_id(session_id)
     ctx = server.context_for(user_id, body.model, session_id)
     state = None if fresh else await agent.state_store.load(*ctx.key, agent=server.state_key(agent))
-    from agentrt.server.app import pending_calls
+    from agentrt.server.context import pending_calls
 
     pending = pending_calls(state) if state is not None else []
     has_history = state is not None and bool(state.messages)
@@ -310,7 +311,7 @@ def _arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"arguments": value}
 
 
-def _input(messages: Sequence[ChatMessage], pending: list[dict[str, Any]], has_history: bool) -> Msg | list[Msg]:
+def _input(messages: Sequence[ChatMessage], pending: list[PendingCall], has_history: bool) -> Msg | list[Msg]:
     if pending:
         return _answers(messages, pending)
     last = messages[-1]
@@ -330,9 +331,9 @@ def _input(messages: Sequence[ChatMessage], pending: list[dict[str, Any]], has_h
     return seeded
 
 
-def _answers(messages: Sequence[ChatMessage], pending: list[dict[str, Any]]) -> Msg:
+def _answers(messages: Sequence[ChatMessage], pending: list[PendingCall]) -> Msg:
     """The resume message answering the session's pending calls from the request's trailing messages."""
-    by_id = {c["id"]: c for c in pending}
+    by_id = {c.id: c for c in pending}
     trailing: list[tuple[int, ChatMessage]] = []
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].role != "tool":
@@ -353,18 +354,18 @@ def _answers(messages: Sequence[ChatMessage], pending: list[dict[str, Any]]) -> 
                     param=f"messages.{i}.tool_call_id",
                 )
             text = _text_of(message)
-            if entry["kind"] == "confirm":
+            if entry.kind == CONFIRM:
                 confirms.append(_confirmation(entry, text, i))
             else:
-                results.append(ToolResultBlock(id=entry["id"], name=entry["name"], output=text))
+                results.append(ToolResultBlock(id=entry.id, name=entry.name, output=text))
         return Msg(role="user", content=results, metadata={META_CONFIRM_RESULTS: confirms} if confirms else {})
     last = messages[-1]
     if last.role != "user":
         raise ApiError(
             422, "answer the pending tool calls with tool messages or a user message", code="invalid_messages"
         )
-    if any(c["kind"] == "external" for c in pending):
-        waiting = ", ".join(f"{c['name']} ({c['id']})" for c in pending if c["kind"] == "external")
+    if any(c.kind == EXTERNAL for c in pending):
+        waiting = ", ".join(f"{c.name} ({c.id})" for c in pending if c.kind == EXTERNAL)
         raise ApiError(
             409,
             f"the session waits for the results of {waiting}: send them as tool messages with their tool_call_id",
@@ -374,10 +375,10 @@ def _answers(messages: Sequence[ChatMessage], pending: list[dict[str, Any]]) -> 
     word = _word(text)
     if word in _APPROVE or word in _DENY:
         confirmed = word in _APPROVE
-        return Msg.confirm([ConfirmResult(confirmed=confirmed, tool_call=c["id"]) for c in pending])
+        return Msg.confirm([ConfirmResult(confirmed=confirmed, tool_call=c.id) for c in pending])
     # Anything else refuses the waiting calls and goes to the agent as the user's next words.
     return Msg.confirm(
-        [ConfirmResult(confirmed=False, tool_call=c["id"], reason="the user replied instead") for c in pending],
+        [ConfirmResult(confirmed=False, tool_call=c.id, reason="the user replied instead") for c in pending],
         text=text,
     )
 
@@ -386,7 +387,7 @@ def _word(text: str) -> str:
     return text.strip().strip(".!").strip().lower()
 
 
-def _confirmation(entry: Mapping[str, Any], text: str, index: int) -> ConfirmResult:
+def _confirmation(entry: PendingCall, text: str, index: int) -> ConfirmResult:
     """The answer a tool message gives to a pending approval.
 
     ``approve``/``deny`` (and their synonyms) or JSON with ``confirmed`` decide it; anything else is
@@ -401,15 +402,15 @@ def _confirmation(entry: Mapping[str, Any], text: str, index: int) -> ConfirmRes
             data = None
         if isinstance(data, dict) and "confirmed" in data:
             try:
-                return ConfirmResult.coerce({**data, "tool_call_id": entry["id"], "name": entry["name"]})
+                return ConfirmResult.coerce({**data, "tool_call_id": entry.id, "name": entry.name})
             except (UserError, ValueError, TypeError, KeyError) as exc:
                 raise ApiError(
                     422, f"messages.{index}: {exc}", code="invalid_confirmation", param=f"messages.{index}.content"
                 ) from None
     word = _word(stripped)
     if word in _APPROVE or word in _DENY:
-        return ConfirmResult(confirmed=word in _APPROVE, tool_call=entry["id"])
-    return ConfirmResult(confirmed=False, tool_call=entry["id"], reason=stripped)
+        return ConfirmResult(confirmed=word in _APPROVE, tool_call=entry.id)
+    return ConfirmResult(confirmed=False, tool_call=entry.id, reason=stripped)
 
 
 # -- agent events -> completion --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 from agentrt.errors import UserError
 from agentrt.state.base import AgentState, AgentStateStore, BaseStateStore, SessionInfo
+from agentrt.state.pending import Pending, PendingCall, flatten_pending
 from agentrt.state.stores.memory import InMemoryStateStore
 
 if TYPE_CHECKING:
@@ -26,11 +27,14 @@ __all__ = [
     "BaseStateStore",
     "InMemoryStateStore",
     "JsonFileStateStore",
+    "Pending",
+    "PendingCall",
     "RedisStateStore",
     "SessionInfo",
     "SqlStateStore",
     "SqliteStateStore",
     "default_state_url",
+    "flatten_pending",
     "store_from_url",
 ]
 

@@ -20,6 +20,7 @@ from agentrt.message import (
     ToolUseBlock,
 )
 from agentrt.state.base import AgentState, AgentStateStore
+from agentrt.state.pending import Pending, PendingCall
 
 __all__ = ["check_state_store"]
 
@@ -123,7 +124,7 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
         "summary": "the user said hello",
         "summary_index": 1,
         "rules": [{"tool": "search", "decision": "allow", "source": "session"}],
-        "pending": {"reply_id": "r1", "calls": [{"id": "x", "name": "search", "input": {}, "kind": "confirm"}]},
+        "pending": Pending(reply_id="r1", calls=(PendingCall(id="x", name="search", input={}, kind="confirm"),)),
         "active_groups": ["web"],
         "tool_state": {"counters": {"search": 2}},
         "tasks": [{"content": "write report", "status": "in_progress"}],

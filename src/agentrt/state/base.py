@@ -15,6 +15,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError
 from agentrt.message import Msg
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+from agentrt.state.pending import Pending
 
 __all__ = [
     "LEGACY_AGENT",
@@ -57,7 +58,7 @@ class AgentState:
     summary_index: int = 0
     rules: Sequence[Any] = ()
     """Permission rules the user accepted in this session."""
-    pending: Mapping[str, Any] | None = None
+    pending: Pending | None = None
     """Tool calls waiting for approval or external results, and the reply they belong to."""
     active_groups: list[str] | None = None
     """Tool groups active in this session (None: the toolkit's defaults)."""

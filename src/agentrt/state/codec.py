@@ -25,6 +25,7 @@ from agentrt import _json
 from agentrt.errors import StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import SCHEMA_VERSION, STATE_FIELDS, AgentState
+from agentrt.state.pending import Pending
 
 __all__ = [
     "FORMAT",
@@ -65,6 +66,9 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in fields.items():
         if name not in STATE_FIELDS:
             raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
+        if name == "pending":  # a `Pending` (or its JSON form) is stored as `Pending.to_dict`
+            pending = Pending.coerce(value)
+            value = None if pending is None else pending.to_dict()
         out[name] = _json.jsonable(value)
     return out
 
@@ -112,7 +116,7 @@ def decode_state(doc: Mapping[str, Any], messages: Iterable[Msg] | None = None) 
         summary=data.get("summary"),
         summary_index=int(data.get("summary_index") or 0),
         rules=list(data.get("rules") or ()),
-        pending=data.get("pending"),
+        pending=_decode_pending(data.get("pending")),
         active_groups=data.get("active_groups"),
         tool_state=dict(data.get("tool_state") or {}),
         tasks=list(data.get("tasks") or ()),
@@ -121,3 +125,10 @@ def decode_state(doc: Mapping[str, Any], messages: Iterable[Msg] | None = None) 
         created_at=float(data.get("created_at") or 0.0),
         updated_at=float(data.get("updated_at") or 0.0),
     )
+
+
+def _decode_pending(value: Any) -> Pending | None:
+    try:
+        return Pending.coerce(value)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StateStoreError(f"stored pending tool calls are corrupt: {exc!r}") from exc

@@ -67,17 +67,13 @@ def last_results(model: ScriptedModel) -> dict[str, ToolResultBlock]:
     return out
 
 
-async def collect(agent: ReActAgent, input: Any, ctx: RuntimeContext = CTX) -> list[ev.AgentEvent]:
-    return [e async for e in agent.stream_events(input, ctx)]
-
-
 # -- pausing ------------------------------------------------------------------------------------------------
-async def test_destructive_call_pauses_with_suggested_rules_while_allowed_calls_run() -> None:
+async def test_destructive_call_pauses_with_suggested_rules_while_allowed_calls_run(collect: Any) -> None:
     model = ScriptedModel(
         [[call("read_file", "r1", path="/tmp/a.txt"), call("delete_file", "d1", path="/tmp/a.txt")], "all done"]
     )
     agent = agent_with(model)
-    events = await collect(agent, "clean up")
+    events = await collect(agent.stream_events("clean up", CTX))
     assert ran == ["read /tmp/a.txt"]  # the allowed call of the same turn ran
     [confirm] = [e for e in events if isinstance(e, ev.RequireUserConfirm)]
     [pending] = confirm.tool_calls
@@ -86,13 +82,13 @@ async def test_destructive_call_pauses_with_suggested_rules_while_allowed_calls_
         {"tool": "delete_file", "decision": "allow", "source": "suggested", "args": {"path": "/tmp/a.txt"}},
         {"tool": "delete_file", "decision": "allow", "source": "suggested", "args": {"path": "/tmp/**"}},
     ]
-    reply = events[-1].msg  # type: ignore[attr-defined]
+    reply = events[-1].msg
     assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert reply.id == confirm.reply_id == events[0].reply_id
     assert reply.metadata["pending_tool_calls"][0]["suggested_rules"][1]["args"] == {"path": "/tmp/**"}
     assert ev.reduce_events(events) == reply
     state = await agent.get_state("u", "s")
-    assert state.pending is not None and [c["id"] for c in state.pending["calls"]] == ["d1"]
+    assert state.pending is not None and [c.id for c in state.pending.calls] == ["d1"]
     assert [b.id for b in state.messages[-1].blocks(ToolResultBlock)] == ["r1"]  # allowed result is checkpointed
 
 
@@ -167,16 +163,16 @@ async def test_accepted_rules_persist_and_apply_to_later_calls() -> None:
     assert (await agent.call("delete x", CTX)).generate_reason is GenerateReason.AWAITING_CONFIRMATION
 
 
-async def test_partial_answers_keep_the_rest_pending() -> None:
+async def test_partial_answers_keep_the_rest_pending(collect: Any) -> None:
     model = ScriptedModel(
         [[call("delete_file", "d1", path="/a"), call("run_command", "c1", command="ls -la")], "both handled"]
     )
     agent = agent_with(model)
     first = await agent.call("go", CTX)
     assert {p["id"] for p in first.metadata["pending_tool_calls"]} == {"d1", "c1"}
-    events = await collect(agent, Msg.confirm([ConfirmResult(confirmed=True, tool_call="c1")]))
+    events = await collect(agent.stream_events(Msg.confirm([ConfirmResult(confirmed=True, tool_call="c1")]), CTX))
     assert len(model.requests) == 1  # no model call while approvals remain
-    still = events[-1].msg  # type: ignore[attr-defined]
+    still = events[-1].msg
     assert still.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert [p["id"] for p in still.metadata["pending_tool_calls"]] == ["d1"]
     assert ev.reduce_events(events) == still
@@ -302,17 +298,17 @@ async def test_argument_rules_allow_matching_commands_only() -> None:
 
 
 # -- external tools ---------------------------------------------------------------------------------------
-async def test_external_tool_pauses_and_resumes_with_results() -> None:
+async def test_external_tool_pauses_and_resumes_with_results(collect: Any) -> None:
     model = ScriptedModel([call("ask_browser", "b1", url="https://example.com"), "the page says hello"])
     agent = agent_with(model)
-    events = await collect(agent, "open it")
+    events = await collect(agent.stream_events("open it", CTX))
     [request] = [e for e in events if isinstance(e, ev.RequireExternalExecution)]
     assert [c.id for c in request.tool_calls] == ["b1"]
-    assert events[-1].msg.generate_reason is GenerateReason.AWAITING_EXTERNAL_EXECUTION  # type: ignore[attr-defined]
+    assert events[-1].msg.generate_reason is GenerateReason.AWAITING_EXTERNAL_EXECUTION
     result = ToolResultBlock(id="b1", name="ask_browser", output="<h1>hello</h1>")
-    events = await collect(agent, Msg(role="user", content=[result]))
+    events = await collect(agent.stream_events(Msg(role="user", content=[result]), CTX))
     assert any(isinstance(e, ev.ExternalExecutionResult) and e.results[0].output == "<h1>hello</h1>" for e in events)
-    assert events[-1].msg.text == "the page says hello"  # type: ignore[attr-defined]
+    assert events[-1].msg.text == "the page says hello"
     assert last_results(model)["b1"].output == "<h1>hello</h1>"
 
 
@@ -324,7 +320,7 @@ async def test_external_result_with_unknown_id_is_refused() -> None:
 
 
 # -- subagent approvals -----------------------------------------------------------------------------------
-async def test_subagent_approval_pauses_the_parent_and_the_answer_resumes_both() -> None:
+async def test_subagent_approval_pauses_the_parent_and_the_answer_resumes_both(collect: Any) -> None:
     child_model = ScriptedModel([call("delete_file", "child-d1", path="/tmp/old"), "child: deleted /tmp/old"])
     child = agent_with(child_model)
     child.name = "cleaner"
@@ -334,11 +330,11 @@ async def test_subagent_approval_pauses_the_parent_and_the_answer_resumes_both()
     parent = ReActAgent(
         "boss", "sys", model=parent_model, toolkit=Toolkit([child.as_tool()]), state_store=InMemoryStateStore()
     )
-    events = await collect(parent, "tidy up")
+    events = await collect(parent.stream_events("tidy up", CTX))
     [confirm] = [e for e in events if isinstance(e, ev.RequireUserConfirm) and e.source == "boss"]
     assert [c.id for c in confirm.tool_calls] == ["child-d1"]  # the child's call surfaces in the parent
     assert any(e.source == "cleaner" for e in events)  # the child's events are forwarded
-    paused = events[-1].msg  # type: ignore[attr-defined]
+    paused = events[-1].msg
     assert paused.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert ran == []
     reply = await parent.call(Msg.confirm([ConfirmResult(confirmed=True, tool_call="child-d1")]), CTX)

@@ -17,6 +17,7 @@ from agentrt.state.base import (
     check_agent,
     check_expected_revision,
 )
+from agentrt.state.pending import Pending
 
 __all__ = ["InMemoryStateStore"]
 
@@ -62,7 +63,7 @@ class InMemoryStateStore(BaseStateStore):
         stored.messages.extend(messages)
         if fields:
             for name, value in fields.items():
-                setattr(stored, name, _copy_value(value))
+                setattr(stored, name, Pending.coerce(value) if name == "pending" else _copy_value(value))
         stored.revision = current + 1
         stored.updated_at = time.time()
         return stored.revision
