@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -17,3 +19,16 @@ def _no_api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.endswith("_API_KEY") or name in ("GOOGLE_APPLICATION_CREDENTIALS",):
             monkeypatch.delenv(name, raising=False)
+
+
+Collect = Callable[[AsyncIterable[Any]], Awaitable[list[Any]]]
+
+
+async def _collect(items: AsyncIterable[Any]) -> list[Any]:
+    return [item async for item in items]
+
+
+@pytest.fixture
+def collect() -> Collect:
+    """``await collect(aiter)``: every item of an async iterator (an event stream, a model stream), as a list."""
+    return _collect

@@ -83,7 +83,7 @@ class HttpServer:
         self.url = f"http://127.0.0.1:{self.port}/{path}"
 
     async def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = subprocess.Popen(  # noqa: ASYNC220 - Popen only starts the server; it does not wait
             [sys.executable, DEMO, self.mode, str(self.port)],
             env=self.env,
             stdout=subprocess.DEVNULL,
@@ -458,8 +458,15 @@ async def test_streamable_http_calls_progress_cancel_and_server_restart(http_ser
         assert seen == [(1, 2, "step 1 of 2"), (2, 2, "step 2 of 2")]
 
         tag = uuid.uuid4().hex[:8]
-        call = asyncio.create_task(client.call_tool("slow", {"steps": 100, "delay": 0.1, "tag": tag}))
-        await asyncio.sleep(0.3)
+        running = asyncio.Event()
+
+        async def on_first_step(progress: float, total: float | None, message: str | None) -> None:
+            running.set()
+
+        args = {"steps": 100, "delay": 0.1, "tag": tag}
+        call = asyncio.create_task(client.call_tool("slow", args, progress=on_first_step))
+        async with asyncio.timeout(10):
+            await running.wait()  # the server is running the call: cancelling must reach it
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -511,8 +518,15 @@ async def test_sse_calls_progress_cancel_and_server_restart(sse_server: HttpServ
         assert [p.progress for p in events if isinstance(p, McpProgress)] == [1, 2]
 
         tag = uuid.uuid4().hex[:8]
-        call = asyncio.create_task(client.call_tool("slow", {"steps": 100, "delay": 0.1, "tag": tag}))
-        await asyncio.sleep(0.3)
+        running = asyncio.Event()
+
+        async def on_first_step(progress: float, total: float | None, message: str | None) -> None:
+            running.set()
+
+        args = {"steps": 100, "delay": 0.1, "tag": tag}
+        call = asyncio.create_task(client.call_tool("slow", args, progress=on_first_step))
+        async with asyncio.timeout(10):
+            await running.wait()  # the server is running the call: cancelling must reach it
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -700,7 +714,7 @@ async def test_agentrt_mcp_serve_agent_round_trip() -> None:
 
 async def test_agentrt_mcp_serve_over_streamable_http() -> None:
     port = free_port()
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - Popen only starts the server; it does not wait
         [sys.executable, *serve_args("toolkit", "--transport", "http", "--port", str(port), "--name", "calc")],
         env={**os.environ, **SERVE_ENV},
         cwd=str(HERE),

@@ -78,7 +78,7 @@ class EverythingHttp:
     async def start(self) -> None:
         self.generation += 1
         env = {**os.environ, "PORT": str(self.port), "AGENTRT_GEN": str(self.generation)}
-        self.proc = subprocess.Popen(
+        self.proc = subprocess.Popen(  # noqa: ASYNC220 - Popen only starts the server; it does not wait
             [self.bin, "streamableHttp"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         await wait_for(self._listening, timeout=20)

@@ -136,7 +136,7 @@ async def serve_http(db: Path) -> AsyncIterator[str]:
     port = free_port()
     args = ["-m", "agentrt.cli", "mcp", "serve", TARGET, "-t", "http", "--port", str(port)]
     env = {**os.environ, **serve_env(db)}
-    proc = subprocess.Popen([sys.executable, *args], env=env, cwd=HERE, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, *args], env=env, cwd=HERE, stdout=subprocess.DEVNULL)  # noqa: ASYNC220 - Popen only starts the server; it does not wait
     try:
         await wait_listening(port, proc)
         yield f"http://127.0.0.1:{port}/mcp"

@@ -371,18 +371,20 @@ async def test_busy_lock_times_out_then_frees(db_url: str, prefix: str) -> None:
 async def test_exhausted_lock_pool_is_busy_not_stuck(db_url: str, prefix: str) -> None:
     store = SqlStateStore(db_url, table_prefix=prefix, pool_size=1)  # lock pool: 1 + 2 overflow
     release = asyncio.Event()
+    all_in = asyncio.Event()
     entered = 0
 
     async def holder(session: str) -> None:
         nonlocal entered
         async with store.session_lock("u", session):
             entered += 1
+            if entered == 3:
+                all_in.set()
             await release.wait()
 
     try:
         holders = [asyncio.ensure_future(holder(f"s{i}")) for i in range(3)]
-        while entered < 3:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(all_in.wait(), 10)  # the three holders use up the lock pool
         with pytest.raises(SessionBusyError, match="no session-lock connection"):
             async with store.session_lock("u", "other", timeout=0.1):
                 pass

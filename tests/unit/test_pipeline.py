@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from inline_snapshot import snapshot
 
 from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, ToolUseBlock, tool
 from agentrt import events as ev
@@ -56,10 +56,6 @@ def model_of(a: ReActAgent) -> ScriptedModel:
 
 def last_input(a: ReActAgent) -> Msg:
     return model_of(a).requests[-1].messages[-1]
-
-
-async def collect(it: Any) -> list[ev.AgentEvent]:
-    return [e async for e in it]
 
 
 # -- sequential ---------------------------------------------------------------------------------------------
@@ -147,37 +143,49 @@ async def test_sequential_reply_carries_the_usage_of_every_member() -> None:
 
 
 # -- fanout -------------------------------------------------------------------------------------------------
-def timed(name: str, log: list[tuple[str, float, float]], delay: float = 0.05) -> ReActAgent:
+def gated(name: str, started: asyncio.Barrier, release: asyncio.Event, answered: asyncio.Event) -> ReActAgent:
+    """An agent whose model call waits at ``started`` with the others, then until ``release`` is set."""
+
     async def reply(request: ModelRequest) -> str:
-        start = time.perf_counter()
-        await asyncio.sleep(delay)
-        log.append((name, start, time.perf_counter()))
+        async with asyncio.timeout(5):
+            await started.wait()
+            await release.wait()
+        answered.set()
         return f"{name}({request.last_user_text})"
 
     return agent(name, reply)
 
 
 async def test_fanout_runs_members_in_parallel_and_returns_replies_in_member_order() -> None:
-    log: list[tuple[str, float, float]] = []
-    slow = timed("slow", log, 0.08)
-    fast = timed("fast", log, 0.01)
-    mid = timed("mid", log, 0.04)
-    replies = await fanout([slow, fast, mid]).call("q", CTX)
+    names = ("slow", "fast", "mid")
+    started = asyncio.Barrier(len(names) + 1)  # the members and this test
+    release = {name: asyncio.Event() for name in names}
+    answered = {name: asyncio.Event() for name in names}
+    call = asyncio.create_task(fanout([gated(n, started, release[n], answered[n]) for n in names]).call("q", CTX))
+    async with asyncio.timeout(5):
+        await started.wait()  # all three were running at the same time
+        for name in ("fast", "mid", "slow"):  # they finish in another order than the members'
+            release[name].set()
+            await answered[name].wait()
+            assert not call.done()
+    replies = await call
     assert [r.text for r in replies] == ["slow(q)", "fast(q)", "mid(q)"]
-    assert [name for name, _, _ in log] == ["fast", "mid", "slow"]  # finished in another order
-    latest_start = max(start for _, start, _ in log)
-    earliest_end = min(end for _, _, end in log)
-    assert latest_start < earliest_end  # all three were running at the same time
 
 
 async def test_fanout_respects_max_concurrency() -> None:
     active = peak = 0
+    two_in = asyncio.Event()
 
     async def reply(request: ModelRequest) -> str:
         nonlocal active, peak
         active += 1
         peak = max(peak, active)
-        await asyncio.sleep(0.02)
+        if active == 2:
+            two_in.set()
+        async with asyncio.timeout(5):
+            await two_in.wait()  # hold the slot until the cap is reached
+        for _ in range(5):
+            await asyncio.sleep(0)  # yield: a member past the cap would start now
         active -= 1
         return "ok"
 
@@ -224,21 +232,28 @@ async def test_fanout_gather_agent_receives_the_replies_labelled_with_their_spea
 
 async def test_fanout_error_cancels_the_others_and_propagates() -> None:
     finished: list[str] = []
+    slow_started = asyncio.Event()
+    slow_cancelled = asyncio.Event()
 
     async def slow(request: ModelRequest) -> str:
-        await asyncio.sleep(5)
+        slow_started.set()
+        try:
+            await asyncio.sleep(30)  # stands for a long model call; only ever ends by cancellation
+        except asyncio.CancelledError:
+            slow_cancelled.set()
+            raise
         finished.append("slow")
         return "late"
 
     async def broken(request: ModelRequest) -> str:
-        await asyncio.sleep(0.01)
+        async with asyncio.timeout(5):
+            await slow_started.wait()
         raise Boom("model exploded")
 
     slow_agent = agent("slow", slow)
-    start = time.perf_counter()
     with pytest.raises(Exception, match="model exploded"):
         await fanout([slow_agent, agent("broken", broken)]).call("q", CTX)
-    assert time.perf_counter() - start < 2  # the slow member was cancelled, not awaited
+    assert slow_cancelled.is_set()  # the slow member was cancelled, not awaited
     assert finished == []
     # The cancelled member checkpointed its input before stopping.
     assert [m.text for m in (await slow_agent.get_state("u", "s/slow")).messages] == ["q"]
@@ -255,7 +270,7 @@ async def test_fanout_return_exceptions_turns_errors_into_replies() -> None:
     assert replies[1].metadata["error"]["message"].endswith("no luck")
 
 
-async def test_fanout_stream_ends_with_a_combined_reply() -> None:
+async def test_fanout_stream_ends_with_a_combined_reply(collect: Any) -> None:
     a, b = agent("a"), agent("b")
     events = await collect(fanout([a, b], name="panel").stream_events("q", CTX))
     assert {e.source for e in events if isinstance(e, ev.TextDelta)} == {"a", "b"}
@@ -282,7 +297,7 @@ async def test_route_by_function_with_and_without_ctx() -> None:
     assert reply.metadata["route"] == "tech"
 
 
-async def test_route_by_agent_reply_and_structured_output() -> None:
+async def test_route_by_agent_reply_and_structured_output(collect: Any) -> None:
     store = InMemoryStateStore()
     classifier = agent("classifier", lambda r: "Category: **Billing**.", store=store)
     billing, tech = agent("billing", store=store), agent("tech", store=store)
@@ -290,7 +305,7 @@ async def test_route_by_agent_reply_and_structured_output() -> None:
     events = await collect(router.stream_events("refund please", CTX))
     [chosen] = [e for e in events if isinstance(e, RouteSelected)]
     assert (chosen.label, chosen.target, chosen.source) == ("billing", "billing", "route")
-    assert events[-1].msg.text == "billing(refund please)"  # type: ignore[attr-defined]
+    assert events[-1].msg.text == "billing(refund please)"
     # The target got the caller's input, not the classifier's answer.
     assert last_input(billing).text == "refund please"
     assert model_of(tech).requests == []
@@ -406,7 +421,7 @@ async def test_msghub_shares_replies_of_participants_run_by_a_pipeline_without_d
     assert [m.name for m in carol_state.messages] == ["alice", "bob"]
 
 
-async def test_msghub_stream_events_shares_the_reply_at_the_end() -> None:
+async def test_msghub_stream_events_shares_the_reply_at_the_end(collect: Any) -> None:
     alice, bob = speaker("alice"), speaker("bob")
     async with MsgHub([alice, bob], ctx=CTX) as hub:
         events = await collect(hub.stream_events(alice, "hi"))
@@ -438,7 +453,7 @@ async def test_nested_fanout_inside_sequential() -> None:
     assert (await summariser.get_state("u", "s/summariser")).messages[-1].text == reply.text
 
 
-async def test_stream_events_interleave_sources_and_end_with_the_composites_run_finished() -> None:
+async def test_stream_events_interleave_sources_and_end_with_the_composites_run_finished(collect: Any) -> None:
     a, b = agent("a"), agent("b")
     pipe = sequential([a, b], name="pipe")
     events = await collect(pipe.stream_events("x", CTX))
@@ -447,8 +462,23 @@ async def test_stream_events_interleave_sources_and_end_with_the_composites_run_
     assert [e.source for e in finished] == ["a", "b", "pipe"]
     assert finished[-1].msg.text == "b(a(x))" == finished[1].msg.text
     assert len({e.reply_id for e in finished}) == 3
-    text_sources = [e.source for e in events if isinstance(e, ev.TextDelta)]
-    assert text_sources.index("b") > len(text_sources) - text_sources[::-1].index("a") - 1  # a streams, then b
+    # the whole stream: a runs and streams, then b, inside the composite's own run
+    assert [(e.type, e.source, getattr(e, "delta", "")) for e in events] == snapshot(
+        [
+            ("run_started", "pipe", ""),
+            ("run_started", "a", ""),
+            ("model_call_started", "a", ""),
+            ("text_delta", "a", "a(x)"),
+            ("model_call_finished", "a", ""),
+            ("run_finished", "a", ""),
+            ("run_started", "b", ""),
+            ("model_call_started", "b", ""),
+            ("text_delta", "b", "b(a(x))"),
+            ("model_call_finished", "b", ""),
+            ("run_finished", "b", ""),
+            ("run_finished", "pipe", ""),
+        ]
+    )
 
 
 async def test_composite_stream_reports_member_errors() -> None:
@@ -474,7 +504,7 @@ async def test_call_sync_inside_an_event_loop_is_refused() -> None:
         sequential([agent("a")]).call_sync("x")
 
 
-async def test_composite_as_a_tool_of_a_parent_agent() -> None:
+async def test_composite_as_a_tool_of_a_parent_agent(collect: Any) -> None:
     store = InMemoryStateStore()
     a, b = agent("a", store=store), agent("b", store=store)
     pipe = sequential([a, b], name="team", description="A two-step team.")
@@ -489,7 +519,7 @@ async def test_composite_as_a_tool_of_a_parent_agent() -> None:
     boss.toolkit = Toolkit([pipe.as_tool()])
     assert boss.toolkit.tools["team"].description == "A two-step team."
     events = await collect(boss.stream_events("go", CTX))
-    assert events[-1].msg.text == "team said b(a(work))"  # type: ignore[attr-defined]
+    assert events[-1].msg.text == "team said b(a(work))"
     assert {"a", "b", "team", "boss"} <= {e.source for e in events}
     assert (await a.get_state("u", "s/team/a")).messages[0].text == "work"
 
@@ -588,7 +618,7 @@ async def test_a_participant_delegating_to_a_pipeline_of_participants_does_not_d
     assert [m.text for m in (await alice.get_state("u", "s")).messages][-1] == "boss: boss: alice heard ?"
 
 
-async def test_nested_stream_brackets_each_composite() -> None:
+async def test_nested_stream_brackets_each_composite(collect: Any) -> None:
     pipe = sequential([fanout([agent("a"), agent("b")], name="panel"), agent("c")], name="pipe")
     events = await collect(pipe.stream_events("x", CTX))
     bracket = [(e.type, e.source) for e in events if isinstance(e, (ev.RunStarted, ev.RunFinished))]
@@ -622,7 +652,7 @@ class Echo:
         yield ev.RunFinished(reply_id=reply.id, source=self.name, msg=reply)
 
 
-async def test_custom_agent_like_members_and_an_interrupt_between_members() -> None:
+async def test_custom_agent_like_members_and_an_interrupt_between_members(collect: Any) -> None:
     assert (await sequential([Echo("e1"), Echo("e2")]).call("x", CTX)).text == "e2<e1<x>>"
     events = await collect(sequential([Echo("e1"), Echo("e2")], name="p").stream_events("x", CTX))
     assert [e.source for e in events] == ["p", "e1", "e2", "p"]

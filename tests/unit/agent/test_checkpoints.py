@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
 from agentrt.model import ScriptedModel
-from agentrt.state import InMemoryStateStore
+from agentrt.state import AgentState, InMemoryStateStore
 
 CTX = RuntimeContext(user_id="u", session_id="s")
 runs: list[str] = []
@@ -34,9 +35,38 @@ async def charge(amount: int) -> str:
     return "charged"
 
 
+class WatchedStore(InMemoryStateStore):
+    """An in-memory store that wakes waiters on every write, so a test waits on state, not on time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = asyncio.Condition()
+
+    async def append(self, *args: Any, **kwargs: Any) -> int:
+        revision = await super().append(*args, **kwargs)
+        async with self.written:
+            self.written.notify_all()
+        return revision
+
+    async def save(self, *args: Any, **kwargs: Any) -> int:
+        revision = await super().save(*args, **kwargs)
+        async with self.written:
+            self.written.notify_all()
+        return revision
+
+    async def wait_for_state(self, predicate: Callable[[AgentState], bool]) -> AgentState:
+        """The first stored state of session u/s (agent "bot") that satisfies ``predicate``."""
+        async with asyncio.timeout(5), self.written:
+            while True:
+                state = await self.load("u", "s", agent="bot")
+                if state is not None and predicate(state):
+                    return state
+                await self.written.wait()
+
+
 async def test_each_result_of_a_parallel_batch_is_checkpointed_as_it_lands() -> None:
     release = asyncio.Event()
-    store = InMemoryStateStore()
+    store = WatchedStore()
 
     @tool(read_only=True)
     async def slow() -> str:
@@ -49,12 +79,8 @@ async def test_each_result_of_a_parallel_batch_is_checkpointed_as_it_lands() -> 
     )
     agent = ReActAgent("bot", model=model, toolkit=Toolkit([fast, slow]), state_store=store)
     task = asyncio.create_task(agent.call("go", CTX))
-    for _ in range(100):
-        state = await store.load("u", "s", agent="bot")
-        if state is not None and state.tool_state.get("in_flight"):
-            break
-        await asyncio.sleep(0.01)
-    assert state is not None
+    # the batch is checkpointed as in flight first with no results, then again as "a" lands
+    state = await store.wait_for_state(lambda s: bool(s.tool_state.get("in_flight", {}).get("results")))
     in_flight = state.tool_state["in_flight"]
     assert [r["id"] for r in in_flight["results"]] == ["a"]
     assert in_flight["assistant_id"] == state.messages[-1].id

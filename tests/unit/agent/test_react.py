@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
-import time
 from typing import Any
 
 import pytest
+from dirty_equals import IsFloat, IsStr
+from inline_snapshot import snapshot
 
 from agentrt import (
     GenerateReason,
@@ -88,16 +88,15 @@ async def test_second_call_continues_the_session() -> None:
 
 # -- tool execution policy --------------------------------------------------------------------------
 async def test_parallel_safe_calls_overlap() -> None:
-    spans: dict[str, tuple[float, float]] = {}
     barrier = asyncio.Barrier(2)
+    passed: list[str] = []
 
     @tool(read_only=True)
     async def probe(tag: str) -> str:
-        """Record when it runs."""
-        start = time.perf_counter()
+        """Wait until the other call runs too."""
         async with asyncio.timeout(5):
             await barrier.wait()  # both calls must be running at once to get past this
-        spans[tag] = (start, time.perf_counter())
+        passed.append(tag)
         return tag
 
     model = ScriptedModel([[call("probe", tag="a"), call("probe", tag="b")], "done"])
@@ -105,41 +104,45 @@ async def test_parallel_safe_calls_overlap() -> None:
     reply = await agent.call("go")
 
     assert reply.text == "done"
-    (a0, a1), (b0, b1) = spans["a"], spans["b"]
-    assert a0 < b1 and b0 < a1  # the intervals overlap
+    assert sorted(passed) == ["a", "b"]  # the barrier let both through: they overlapped
     assert [r.output for r in results_of(model.requests[1])] == ["a", "b"]  # results keep call order
 
 
 async def test_unsafe_calls_run_in_order_without_overlap() -> None:
-    spans: list[tuple[str, float, float]] = []
+    log: list[str] = []
 
     @tool(concurrency_safe=False)
     async def write(tag: str) -> str:
         """Writes something."""
-        start = time.perf_counter()
-        await asyncio.sleep(0.01)
-        spans.append((tag, start, time.perf_counter()))
+        log.append(f"{tag}>")
+        for _ in range(5):
+            await asyncio.sleep(0)  # yield: a call started alongside would log in between
+        log.append(f"{tag}<")
         return tag
 
     model = ScriptedModel([[call("write", tag="a"), call("write", tag="b"), call("write", tag="c")], "ok"])
     agent = make_agent(model, write)
     await agent.call("go")
-    assert [s[0] for s in spans] == ["a", "b", "c"]
-    for (_, _, end), (_, start, _) in itertools.pairwise(spans):
-        assert end <= start
+    assert log == ["a>", "a<", "b>", "b<", "c>", "c<"]
 
 
 async def test_toolkit_concurrency_cap_limits_overlap() -> None:
     running = 0
     peak = 0
+    two_in = asyncio.Event()
 
     @tool(read_only=True)
     async def slow(i: int) -> int:
-        """Slow."""
+        """Hold its slot until the cap is reached, then finish."""
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.01)
+        if running == 2:
+            two_in.set()
+        async with asyncio.timeout(5):
+            await two_in.wait()
+        for _ in range(5):
+            await asyncio.sleep(0)  # yield: a call past the cap would start now
         running -= 1
         return i
 
@@ -450,20 +453,16 @@ async def test_same_session_calls_are_serialised_in_order() -> None:
 
 
 async def test_different_sessions_run_in_parallel() -> None:
-    inside = 0
-    peak = 0
+    barrier = asyncio.Barrier(5)
 
     async def reply(request: ModelRequest) -> str:
-        nonlocal inside, peak
-        inside += 1
-        peak = max(peak, inside)
-        await asyncio.sleep(0.02)
-        inside -= 1
+        async with asyncio.timeout(5):
+            await barrier.wait()  # passes only once all five model calls are in flight together
         return "ok"
 
     agent = make_agent(ScriptedModel.from_function(reply))
-    await asyncio.gather(*(agent.call("x", RuntimeContext(session_id=f"s{i}")) for i in range(5)))
-    assert peak == 5
+    replies = await asyncio.gather(*(agent.call("x", RuntimeContext(session_id=f"s{i}")) for i in range(5)))
+    assert [r.text for r in replies] == ["ok"] * 5
 
 
 async def test_observe_adds_history_without_a_model_call() -> None:
@@ -487,9 +486,27 @@ async def test_events_in_order_with_stable_ids_and_the_reducer_rebuilds_the_repl
     agent = make_agent(model, add)
     events = [e async for e in agent.stream_events("add them", RuntimeContext(user_id="u", session_id="s"))]
     types = [e.type for e in events]
-    assert types[0] == "run_started" and types[-1] == "run_finished"
-    assert types.count("model_call_started") == 2
-    assert types.index("tool_call_started") < types.index("tool_result") < len(types) - 1
+    assert types == snapshot(
+        [
+            "run_started",
+            "model_call_started",
+            "thinking_delta",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "tool_call_started",
+            "tool_call_delta",
+            "model_call_finished",
+            "tool_result",
+            "model_call_started",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "model_call_finished",
+            "run_finished",
+        ]
+    )
     reply_ids = {e.reply_id for e in events}
     assert len(reply_ids) == 1
     final = events[-1]
@@ -503,6 +520,24 @@ async def test_events_in_order_with_stable_ids_and_the_reducer_rebuilds_the_repl
     assert len(text_blocks) == 2 and len(thinking_blocks) == 1 and len(call_blocks) == 1
     assert not (text_blocks & thinking_blocks) and not (text_blocks & call_blocks)
     assert ev.reduce_events(events) == final.msg
+    # the wire form of the tool result event: ids are generated, the rest is fixed
+    [result] = [e for e in events if isinstance(e, ev.ToolResult)]
+    assert result.to_dict() == snapshot(
+        {
+            "type": "tool_result",
+            "reply_id": final.msg.id,
+            "session_id": "s",
+            "source": "bot",
+            "result": {
+                "type": "tool_result",
+                "id": IsStr(regex=r"call_[0-9a-f]+"),
+                "name": "add",
+                "output": "42",
+                "state": "success",
+            },
+            "elapsed": IsFloat(ge=0),
+        }
+    )
     assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)).endswith("The answer is 42.")
 
 
@@ -590,15 +625,18 @@ async def test_interrupt_cancels_a_running_tool_and_returns_interrupted() -> Non
 
 async def test_interrupt_only_touches_its_own_session() -> None:
     gate = asyncio.Event()
+    both_in = asyncio.Barrier(3)
 
     async def reply(request: ModelRequest) -> str:
+        await both_in.wait()
         await gate.wait()
         return "ok"
 
     agent = make_agent(ScriptedModel.from_function(reply))
     a = asyncio.create_task(agent.call("x", RuntimeContext(user_id="u", session_id="a")))
     b = asyncio.create_task(agent.call("x", RuntimeContext(user_id="u", session_id="b")))
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        await both_in.wait()  # both runs are inside the model
     assert agent.interrupt("u", "a")
     gate.set()
     ra, rb = await asyncio.gather(a, b)

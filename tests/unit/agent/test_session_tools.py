@@ -42,11 +42,13 @@ def last_result(model: ScriptedModel) -> ToolResultBlock:
 
 async def test_group_activation_is_per_session_even_when_concurrent() -> None:
     gate = asyncio.Event()
+    both_in = asyncio.Barrier(3)  # the two calls and this test
     seen: dict[str, list[str]] = {}
 
     async def reply(request: ModelRequest) -> Any:
         session = request.messages[-1].text
         seen[session] = names(request)
+        await both_in.wait()
         await gate.wait()
         return "ok"
 
@@ -56,7 +58,8 @@ async def test_group_activation_is_per_session_even_when_concurrent() -> None:
     a, b = RuntimeContext(user_id="u", session_id="a"), RuntimeContext(user_id="u", session_id="b")
     assert await agent.activate_group(a, "ops") == ["ops"]
     tasks = [asyncio.create_task(agent.call("a", a)), asyncio.create_task(agent.call("b", b))]
-    await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):
+        await both_in.wait()  # both sessions are inside a model call at the same time
     gate.set()
     await asyncio.gather(*tasks)
     assert seen["a"] == ["status", "deploy"] and seen["b"] == ["status"]

@@ -334,9 +334,22 @@ async def test_agent_compress_compresses_now_and_persists() -> None:
     assert await agent.compress(RuntimeContext(user_id="u", session_id="empty")) == []
 
 
+class LockWatchingStore(InMemoryStateStore):
+    """Reports each request for a session lock, so a test can wait until a caller queues for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock_requested = asyncio.Event()
+
+    def session_lock(self, *args: Any, **kwargs: Any) -> Any:
+        self.lock_requested.set()
+        return super().session_lock(*args, **kwargs)
+
+
 async def test_compress_works_without_a_context_config_and_waits_for_the_session() -> None:
     gate = asyncio.Event()
     started = asyncio.Event()
+    store = LockWatchingStore()
 
     async def slow(request: ModelRequest) -> str:
         started.set()
@@ -344,12 +357,15 @@ async def test_compress_works_without_a_context_config_and_waits_for_the_session
         return "done"
 
     model = ScriptedModel.from_function(slow)
-    agent = make_agent(model, None, summary_model=summariser())
+    agent = make_agent(model, None, summary_model=summariser(), state_store=store)
     await seed(agent, [400] * 4)
     call = asyncio.create_task(agent.call("continue", CTX))
-    await started.wait()
+    await started.wait()  # the call holds the session lock
+    store.lock_requested.clear()
     compress = asyncio.create_task(agent.compress(CTX))
-    await asyncio.sleep(0.05)
+    await store.lock_requested.wait()
+    for _ in range(20):
+        await asyncio.sleep(0)  # loop turns only: compress would run through them were it not queued
     assert not compress.done(), "compress waits for the call holding the session"
     gate.set()
     await call

@@ -18,23 +18,19 @@ from agentrt.message import (
     ToolUseBlock,
     VideoBlock,
 )
-from agentrt.model import ChatModel, ScriptedModel
+from agentrt.model import ScriptedModel
 from agentrt.model.base import ChatResponse, GenerateOptions, ModelRequest, ToolCallChunk, ToolSchema
 
 PROMPT = [Msg.user("hello")]
 TOOLS = [ToolSchema(name="search", description="Search.", parameters={"type": "object", "properties": {}})]
 
 
-async def collect(model: ChatModel, messages: list[Msg] = PROMPT, **kw: Any) -> list[ChatResponse]:
-    return [chunk async for chunk in model.stream(messages, **kw)]
-
-
 # -- step kinds -----------------------------------------------------------------------------------
 
 
-async def test_str_step_is_streamed_as_word_deltas() -> None:
+async def test_str_step_is_streamed_as_word_deltas(collect: Any) -> None:
     model = ScriptedModel(["The quick  brown fox jumps."])
-    chunks = await collect(model)
+    chunks = await collect(model.stream(PROMPT))
     deltas = [c.text for c in chunks if c.text]
     assert len(deltas) == 5
     assert deltas[0] == "The "
@@ -46,7 +42,7 @@ async def test_str_step_is_streamed_as_word_deltas() -> None:
 @given(st.text())
 async def test_word_deltas_concatenate_to_the_text(text: str) -> None:
     model = ScriptedModel([text])
-    chunks = await collect(model)
+    chunks = [c async for c in model.stream(PROMPT)]  # a hypothesis test: no function-scoped fixture
     assert "".join(c.text for c in chunks) == text
     assert all(c.text for c in chunks[:-1])  # no empty deltas
     reply = await ScriptedModel([text]).generate(PROMPT)
@@ -70,10 +66,10 @@ async def test_empty_str_step_gives_empty_reply() -> None:
     assert reply.role == "assistant"
 
 
-async def test_tool_use_step() -> None:
+async def test_tool_use_step(collect: Any) -> None:
     call = ToolUseBlock(id="call_1", name="search", input={"q": "weather", "opts": {"n": [1, 2]}})
     model = ScriptedModel([call])
-    chunks = await collect(model)
+    chunks = await collect(model.stream(PROMPT))
     calls = [tc for c in chunks for tc in c.tool_calls]
     assert len(calls) == 1
     assert calls[0].index == 0
@@ -92,14 +88,14 @@ async def test_tool_use_step_with_generated_id_and_metadata() -> None:
     assert reply.tool_calls[0].metadata == {"thought_signature": "abc"}
 
 
-async def test_list_of_blocks_gives_several_tool_calls_with_indices() -> None:
+async def test_list_of_blocks_gives_several_tool_calls_with_indices(collect: Any) -> None:
     blocks = [
         TextBlock(text="Let me look."),
         ToolUseBlock(id="a", name="read", input={"path": "a"}),
         ToolUseBlock(id="b", name="read", input={"path": "b"}),
         ToolUseBlock(id="c", name="write", input={}),
     ]
-    chunks = await collect(ScriptedModel([blocks]))
+    chunks = await collect(ScriptedModel([blocks]).stream(PROMPT))
     calls = [tc for c in chunks for tc in c.tool_calls]
     assert [(tc.index, tc.id, tc.name) for tc in calls] == [(0, "a", "read"), (1, "b", "read"), (2, "c", "write")]
     assert "".join(c.text for c in chunks) == "Let me look."
@@ -151,7 +147,7 @@ async def test_single_media_block_step(block: Any) -> None:
     assert reply.content == [block]
 
 
-async def test_raw_chat_response_list_is_streamed_as_given() -> None:
+async def test_raw_chat_response_list_is_streamed_as_given(collect: Any) -> None:
     raw = [
         ChatResponse(thinking="hm"),
         ChatResponse(text="par"),
@@ -160,7 +156,7 @@ async def test_raw_chat_response_list_is_streamed_as_given() -> None:
         ChatResponse(tool_calls=(ToolCallChunk(index=0, arguments=": 2}"),)),
         ChatResponse(usage=TokenUsage(input_tokens=4, output_tokens=2), finish_reason="tool_calls"),
     ]
-    chunks = await collect(ScriptedModel([raw]))
+    chunks = await collect(ScriptedModel([raw]).stream(PROMPT))
     assert chunks == raw
     reply = await ScriptedModel([raw]).generate(PROMPT)
     assert reply.content == [
@@ -171,9 +167,9 @@ async def test_raw_chat_response_list_is_streamed_as_given() -> None:
     assert reply.usage == TokenUsage(input_tokens=4, output_tokens=2)
 
 
-async def test_single_chat_response_step() -> None:
+async def test_single_chat_response_step(collect: Any) -> None:
     chunk = ChatResponse(text="one chunk", finish_reason="length")
-    assert await collect(ScriptedModel([chunk])) == [chunk]
+    assert await collect(ScriptedModel([chunk]).stream(PROMPT)) == [chunk]
     reply = await ScriptedModel([chunk]).generate(PROMPT)
     assert reply.text == "one chunk"
     assert reply.metadata["finish_reason"] == "length"
@@ -318,10 +314,10 @@ async def test_latency_and_chunk_delay_are_awaited() -> None:
     model.assert_complete()
 
 
-async def test_usage_is_appended() -> None:
+async def test_usage_is_appended(collect: Any) -> None:
     usage = TokenUsage(input_tokens=11, output_tokens=3)
     model = ScriptedModel(["x", "y"], usage=usage)
-    chunks = await collect(model)
+    chunks = await collect(model.stream(PROMPT))
     assert chunks[-1] == ChatResponse(usage=usage)
     reply = await model.generate(PROMPT)
     assert reply.usage == usage

@@ -11,7 +11,7 @@ from agentrt import ConfirmResult, Msg, ReActAgent, RuntimeContext, Toolkit, Too
 from agentrt.errors import ModelAPIError, SessionBusyError
 from agentrt.message import TextBlock, TokenUsage
 from agentrt.middleware.telemetry import MetricsMiddleware
-from agentrt.model import ScriptedModel
+from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.permission import Decision, PermissionContext, PermissionRule
 from agentrt.state import InMemoryStateStore
 from agentrt.telemetry.metrics import AgentMetrics, instrument_store, render_latest
@@ -115,21 +115,37 @@ async def test_errors_pauses_denials_and_interrupts_are_outcomes(registry: Colle
     await ruled.call("1+1", RuntimeContext("u", "s3"))
     assert value(registry, "agentrt_tool_calls_total", tool="add", status="denied") == 1
 
-    slow = make_agent(ScriptedModel(["late"], latency=30), metrics)
+    started = asyncio.Event()
+
+    async def late(request: ModelRequest) -> str:
+        started.set()
+        await asyncio.sleep(30)  # a model call that only ends by the interrupt
+        return "late"
+
+    slow = make_agent(ScriptedModel.from_function(late), metrics)
     sctx = RuntimeContext("u", "s4")
     task = asyncio.create_task(slow.call("wait", sctx))
-    while not slow.interrupt(sctx):
-        await asyncio.sleep(0.01)
+    await started.wait()
+    assert slow.interrupt(sctx)
     await task
     assert value(registry, "agentrt_runs_total", agent="calc", outcome="interrupted", error_type="") == 1
 
 
 async def test_active_sessions_counts_calls_in_flight(registry: CollectorRegistry) -> None:
-    model = ScriptedModel(["a", "b"], latency=0.2)
-    agent = make_agent(model, MetricsMiddleware(registry))
+    inside = asyncio.Barrier(3)  # both calls and this test
+    release = asyncio.Event()
+
+    async def reply(request: ModelRequest) -> str:
+        await inside.wait()
+        await release.wait()
+        return "ok"
+
+    agent = make_agent(ScriptedModel.from_function(reply), MetricsMiddleware(registry))
     tasks = [asyncio.create_task(agent.call("x", RuntimeContext("u", f"s{i}"))) for i in range(2)]
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):
+        await inside.wait()  # both calls are inside the model
     assert value(registry, "agentrt_active_sessions", agent="calc") == 2
+    release.set()
     await asyncio.gather(*tasks)
     assert value(registry, "agentrt_active_sessions", agent="calc") == 0
 
@@ -147,11 +163,22 @@ async def test_lock_waits_are_measured_by_an_instrumented_store(registry: Collec
     state = await agent.get_state("u", "same")  # reads go through the wrapper
     assert len(state.messages) == 4
 
-    busy = ReActAgent("calc", "", ScriptedModel(["x"], latency=0.3), state_store=store, lock_timeout=0.05)
+    holding = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hold(request: ModelRequest) -> str:
+        holding.set()
+        await release.wait()
+        return "x"
+
+    busy = ReActAgent("calc", "", ScriptedModel.from_function(hold), state_store=store, lock_timeout=0.05)
+    first = asyncio.create_task(busy.call("a", ctx))
+    await holding.wait()  # the first call holds the session lock
     with pytest.raises(SessionBusyError):
-        await asyncio.gather(busy.call("a", ctx), busy.call("b", ctx))
+        await busy.call("b", ctx)
     assert value(registry, "agentrt_session_lock_timeouts_total", store="memory") == 1
-    await asyncio.sleep(0.35)
+    release.set()
+    assert (await first).text == "x"
 
 
 def test_metrics_are_registered_once_per_registry(registry: CollectorRegistry) -> None:

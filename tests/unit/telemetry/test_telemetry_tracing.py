@@ -15,7 +15,7 @@ from agentrt import ReActAgent, RuntimeContext, Toolkit, ToolUseBlock, tool
 from agentrt.errors import ModelAPIError
 from agentrt.message import ContentBlock, TextBlock, ThinkingBlock, TokenUsage
 from agentrt.middleware.telemetry import TracingMiddleware
-from agentrt.model import GenerateOptions, ScriptedModel
+from agentrt.model import GenerateOptions, ModelRequest, ScriptedModel
 from agentrt.state import InMemoryStateStore
 
 USAGE = TokenUsage(input_tokens=120, output_tokens=30)
@@ -203,12 +203,18 @@ async def test_streamed_runs_are_traced_and_still_stream(
 async def test_an_interrupted_run_ends_its_spans_cleanly(
     provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
-    model = ScriptedModel(["never seen"], latency=30)
-    agent = agent_with(model, provider)
+    started = asyncio.Event()
+
+    async def never(request: ModelRequest) -> str:
+        started.set()
+        await asyncio.sleep(30)  # a model call that only ends by the interrupt
+        return "never seen"
+
+    agent = agent_with(ScriptedModel.from_function(never), provider)
     ctx = RuntimeContext("u", "s")
     task = asyncio.create_task(agent.call("wait", ctx))
-    while not agent.interrupt(ctx):
-        await asyncio.sleep(0.01)
+    await started.wait()
+    assert agent.interrupt(ctx)
     reply = await task
     assert reply.generate_reason.value == "interrupted"
     spans = exporter.get_finished_spans()

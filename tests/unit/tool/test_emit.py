@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ async def countdown(n: int) -> str:
     emitter = ToolEmitter.current("countdown")
     for i in range(n, 0, -1):
         await emitter.emit(f"{i}\n")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # yield between pieces, as a real streaming tool would
     return "liftoff"
 
 
@@ -44,10 +45,6 @@ def sync_progress(steps: int) -> str:
     return "finished"
 
 
-async def collect(agent: ReActAgent, text: str, session: str) -> list[ev.AgentEvent]:
-    return [e async for e in agent.stream_events(text, RuntimeContext(session_id=session))]
-
-
 def tool_events(events: list[ev.AgentEvent]) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     for e in events:
@@ -58,10 +55,10 @@ def tool_events(events: list[ev.AgentEvent]) -> list[tuple[str, str, str]]:
     return out
 
 
-async def test_deltas_stream_in_order_before_the_result() -> None:
+async def test_deltas_stream_in_order_before_the_result(collect: Any) -> None:
     model = ScriptedModel([[ToolUseBlock(id="c1", name="countdown", input={"n": 3})], "Done."])
     agent = ReActAgent("rocket", model=model, toolkit=Toolkit([countdown]))
-    events = await collect(agent, "launch", "emit-1")
+    events = await collect(agent.stream_events("launch", RuntimeContext(session_id="emit-1")))
     assert tool_events(events) == [
         ("delta", "c1", "3\n"),
         ("delta", "c1", "2\n"),
@@ -70,13 +67,13 @@ async def test_deltas_stream_in_order_before_the_result() -> None:
     ]
     deltas = [e for e in events if isinstance(e, ToolOutputDelta)]
     assert all(d.name == "countdown" and d.source == "rocket" and d.reply_id == events[0].reply_id for d in deltas)
-    assert events[-1].msg.text == "Done."  # type: ignore[attr-defined]
+    assert events[-1].msg.text == "Done."
     # The streamed output is not part of the reply or the history: the result is.
     state = await agent.get_state(None, "emit-1")
     assert all("3\n" not in str(m.content) for m in state.messages if m.role == "assistant")
 
 
-async def test_parallel_calls_stream_under_their_own_ids_in_order() -> None:
+async def test_parallel_calls_stream_under_their_own_ids_in_order(collect: Any) -> None:
     model = ScriptedModel(
         [
             [
@@ -87,7 +84,7 @@ async def test_parallel_calls_stream_under_their_own_ids_in_order() -> None:
         ]
     )
     agent = ReActAgent("r", model=model, toolkit=Toolkit([countdown]))
-    items = tool_events(await collect(agent, "go", "emit-2"))
+    items = tool_events(await collect(agent.stream_events("go", RuntimeContext(session_id="emit-2"))))
     assert [d for kind, call, d in items if kind == "delta" and call == "a"] == ["2\n", "1\n"]
     assert [d for kind, call, d in items if kind == "delta" and call == "b"] == ["3\n", "2\n", "1\n"]
     for call in ("a", "b"):
@@ -96,7 +93,7 @@ async def test_parallel_calls_stream_under_their_own_ids_in_order() -> None:
         assert last_delta < result
 
 
-async def test_parallel_calls_of_one_tool_get_their_own_ids() -> None:
+async def test_parallel_calls_of_one_tool_get_their_own_ids(collect: Any) -> None:
     model = ScriptedModel(
         [
             [
@@ -107,7 +104,11 @@ async def test_parallel_calls_of_one_tool_get_their_own_ids() -> None:
         ]
     )
     agent = ReActAgent("r", model=model, toolkit=Toolkit([countdown]))
-    deltas = [e for e in await collect(agent, "go", "emit-3") if isinstance(e, ToolOutputDelta)]
+    deltas = [
+        e
+        for e in await collect(agent.stream_events("go", RuntimeContext(session_id="emit-3")))
+        if isinstance(e, ToolOutputDelta)
+    ]
     # the executor binds each running call, so parallel calls of one tool are told apart
     assert sorted((d.tool_call_id, d.name, d.delta) for d in deltas) == [
         ("a", "countdown", "1\n"),
@@ -115,11 +116,11 @@ async def test_parallel_calls_of_one_tool_get_their_own_ids() -> None:
     ]
 
 
-async def test_injected_emitter_parameter_is_hidden_from_the_model() -> None:
+async def test_injected_emitter_parameter_is_hidden_from_the_model(collect: Any) -> None:
     assert set(echo_parts.parameters["properties"]) == {"text"}
     model = ScriptedModel([[ToolUseBlock(id="e1", name="echo_parts", input={"text": "a b c"})], "ok"])
     agent = ReActAgent("r", model=model, toolkit=Toolkit([echo_parts]))
-    assert tool_events(await collect(agent, "go", "emit-4")) == [
+    assert tool_events(await collect(agent.stream_events("go", RuntimeContext(session_id="emit-4")))) == [
         ("delta", "e1", "a"),
         ("delta", "e1", "b"),
         ("delta", "e1", "c"),
@@ -127,10 +128,10 @@ async def test_injected_emitter_parameter_is_hidden_from_the_model() -> None:
     ]
 
 
-async def test_sync_tools_emit_from_their_worker_thread() -> None:
+async def test_sync_tools_emit_from_their_worker_thread(collect: Any) -> None:
     model = ScriptedModel([[ToolUseBlock(id="s1", name="sync_progress", input={"steps": 3})], "ok"])
     agent = ReActAgent("r", model=model, toolkit=Toolkit([sync_progress]))
-    assert tool_events(await collect(agent, "go", "emit-5")) == [
+    assert tool_events(await collect(agent.stream_events("go", RuntimeContext(session_id="emit-5")))) == [
         ("delta", "s1", "step 1/3\n"),
         ("delta", "s1", "step 2/3\n"),
         ("delta", "s1", "step 3/3\n"),
@@ -174,7 +175,7 @@ async def twice(tag: str) -> str:
     assert scope is not None
     emitter = ToolEmitter.current()
     await emitter.emit(f"{tag}-1")
-    await asyncio.sleep(0.01)  # let the other call interleave
+    await asyncio.sleep(0)  # yield: the other call, already started, emits in between
     await emitter.emit(f"{tag}-2")
     return scope.call_id
 
@@ -229,13 +230,13 @@ def test_event_round_trips_through_json() -> None:
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "killpg"), reason="POSIX")
-async def test_shell_tool_streams_lines_inside_an_agent(tmp_path: Path) -> None:
+async def test_shell_tool_streams_lines_inside_an_agent(tmp_path: Path, collect: Any) -> None:
     toolkit = Toolkit()
     toolkit.register(ShellTool(tmp_path))
     command = "for i in 1 2 3; do echo line$i; sleep 0.05; done"
     model = ScriptedModel([[ToolUseBlock(id="sh1", name="run_command", input={"command": command})], "ok"])
     agent = ReActAgent("dev", model=model, toolkit=toolkit, permission=PermissionMode.BYPASS)
-    items = tool_events(await collect(agent, "run it", "emit-7"))
+    items = tool_events(await collect(agent.stream_events("run it", RuntimeContext(session_id="emit-7"))))
     deltas = [d for kind, call, d in items if kind == "delta" and call == "sh1"]
     assert "".join(deltas) == "line1\nline2\nline3\n" and len(deltas) >= 2
     assert items[-1] == ("result", "sh1", "line1\nline2\nline3\n[exit code 0]")
