@@ -10,6 +10,12 @@ Backends that need a service (Redis, PostgreSQL, MariaDB) are skipped when it is
 
 Prints a table and writes benchmarks/results/state.json.
 Run: `.venv/bin/python benchmarks/state.py [--quick] [--backends sqlite,redis,...]`.
+
+`--per-call` measures instead what a whole agent call costs besides the model: a `ReActAgent` with
+a scripted model (one text reply) on a session prefilled with L messages, L in (20, 200, 1,000,
+2,000, 4,000, 8,000), median of the calls, with the store's session cache (the default) and
+without it (``store.session_cache.max_bytes = 0``: every call loads the whole transcript, as
+before the cache). Prints a table and writes benchmarks/results/state-per-call.json.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agentrt.context import RuntimeContext
 from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.state import store_from_url
 
@@ -123,6 +130,72 @@ async def bench_backend(name: str, url: str, lengths: tuple[int, ...], steps: in
     return out
 
 
+PER_CALL_LENGTHS = (20, 200, 1000, 2000, 4000, 8000)
+
+
+async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: int) -> dict[str, Any]:
+    from agentrt import ReActAgent
+    from agentrt.model import ScriptedModel
+
+    store = store_from_url(url, **_options(name))
+    out: dict[str, Any] = {"backend": name, "lengths": {}}
+    try:
+        agent = ReActAgent("bench", model=ScriptedModel(["ok"], repeat=True), state_store=store)
+        for length in lengths:
+            row: dict[str, float] = {}
+            for mode in ("cached", "uncached"):
+                store.session_cache.max_bytes = 0 if mode == "uncached" else 32 * 1024 * 1024
+                store.session_cache.clear()
+                session = f"call-{length}-{mode}-{uuid.uuid4().hex[:6]}"
+                revision = 0
+                batch = [m for i in range(length // 2) for m in _step_messages(i)][:length]
+                for start in range(0, len(batch), 500):
+                    revision = await store.append(
+                        "bench", session, batch[start : start + 500], expected_revision=revision, agent="bench"
+                    )
+                await agent.call("warm up", RuntimeContext("bench", session))  # the first load fills the cache
+                samples = []
+                for i in range(calls):
+                    t0 = time.perf_counter()
+                    await agent.call(f"question {i}", RuntimeContext("bench", session))
+                    samples.append(time.perf_counter() - t0)
+                row[f"{mode}_ms"] = statistics.median(samples) * 1e3
+            out["lengths"][length] = row
+    finally:
+        await _drop(store, name)
+        await store.close()
+    return out
+
+
+def per_call_table(rows: list[dict[str, Any]], lengths: tuple[int, ...]) -> str:
+    head = ["backend", "cache"] + [f"{n:,}" for n in lengths] + ["largest / 20"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for r in rows:
+        for mode in ("uncached", "cached"):
+            ms = [r["lengths"][n][f"{mode}_ms"] for n in lengths]
+            cells = [r["backend"], "off (before)" if mode == "uncached" else "on"]
+            cells += [f"{v:.2f} ms" for v in ms]
+            cells.append(f"{ms[-1] / ms[0]:.1f}x")
+            lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+async def per_call_async(names: list[str], quick: bool) -> list[dict[str, Any]]:
+    lengths = (20, 200, 1000) if quick else PER_CALL_LENGTHS
+    calls = 10 if quick else 40
+    rows = []
+    for name in names:
+        url, addr = BACKENDS[name]
+        if not _reachable(addr):
+            print(f"skip {name}: service not reachable")
+            continue
+        try:
+            rows.append(await bench_per_call(name, url, lengths, calls))
+        except ImportError as exc:
+            print(f"skip {name}: {exc}")
+    return rows
+
+
 def table(rows: list[dict[str, Any]], lengths: tuple[int, ...]) -> str:
     head = ["backend"] + [f"step@{n:,}" for n in lengths] + [f"load@{n:,}" for n in lengths] + ["steps/s"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
@@ -154,9 +227,20 @@ async def main_async(names: list[str], quick: bool) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--backends", default=None)
+    parser.add_argument("--per-call", action="store_true", help="agent calls on long sessions (see above)")
     args = parser.parse_args()
-    names = [n.strip() for n in args.backends.split(",") if n.strip()]
+    default = "memory,sqlite,redis,postgres" if args.per_call else ",".join(BACKENDS)
+    names = [n.strip() for n in (args.backends or default).split(",") if n.strip()]
+    if args.per_call:
+        found = asyncio.run(per_call_async(names, args.quick))
+        print(per_call_table(found, (20, 200, 1000) if args.quick else PER_CALL_LENGTHS))
+        RESULTS.mkdir(exist_ok=True)
+        dest = RESULTS / "state-per-call.json"
+        meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "rows": found}
+        dest.write_text(json.dumps(meta, indent=2))
+        print(f"\nwritten {dest}")
+        return
     rows = asyncio.run(main_async(names, args.quick))
     lengths = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
     print(table(rows, lengths))

@@ -11,6 +11,7 @@ from agentrt.context import RuntimeContext
 from agentrt.errors import StateConflictError
 from agentrt.message import Msg, TokenUsage
 from agentrt.state.base import AgentState, AgentStateStore
+from agentrt.state.cache import SessionCache
 
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentBase
@@ -161,10 +162,19 @@ class Run:
         row; what is found is copied under this agent's own address (the legacy row stays).
         """
         store = self.store
-        state = await store.load(self.user_id, self.session_id, agent=self.agent_key)
+        cache = self._cache()
+        if cache is not None:  # the cached transcript plus what was appended since: O(new messages)
+            state = await cache.load(store, self.user_id, self.session_id, agent=self.agent_key)
+        else:
+            state = await store.load(self.user_id, self.session_id, agent=self.agent_key)
         if state is None and getattr(store, "has_legacy_sessions", False):
             state = await self._adopt_legacy()
         self._state = state
+
+    def _cache(self) -> SessionCache | None:
+        """The store's session cache, if it has one (every `BaseStateStore`, and wrappers that forward it)."""
+        cache = getattr(self.store, "session_cache", None)
+        return cache if isinstance(cache, SessionCache) and callable(getattr(self.store, "load_view", None)) else None
 
     async def _adopt_legacy(self) -> AgentState | None:
         store = self.store
@@ -185,19 +195,24 @@ class Run:
         if not self._unsaved and not self._dirty:
             return
         messages, fields = self._unsaved, self._dirty
+        base = self.state.revision
         try:
             revision = await self.store.append(
                 self.user_id,
                 self.session_id,
                 messages,
                 fields=fields,
-                expected_revision=self.state.revision,
+                expected_revision=base,
                 agent=self.agent_key,
             )
         except StateConflictError:
             if getattr(self.agent, "conflict_policy", "merge") != "merge":
                 raise
             revision = await self._merge(messages, fields)
+        else:
+            cache = self._cache()
+            if cache is not None:
+                cache.appended(self.agent_key, self.user_id, self.session_id, messages, base=base, revision=revision)
         self.state.revision = revision
         self._unsaved = []
         self._dirty = None
@@ -205,7 +220,11 @@ class Run:
     async def _merge(self, messages: list[Msg], fields: dict[str, Any] | None) -> int:
         # Another writer got in first: re-read, then append our messages after theirs.
         for _ in range(5):
-            latest = await self.store.load(self.user_id, self.session_id, agent=self.agent_key)
+            cache = self._cache()
+            if cache is not None:
+                latest = await cache.load(self.store, self.user_id, self.session_id, agent=self.agent_key)
+            else:
+                latest = await self.store.load(self.user_id, self.session_id, agent=self.agent_key)
             base = 0 if latest is None else latest.revision
             try:
                 revision = await self.store.append(
@@ -213,6 +232,8 @@ class Run:
                 )
             except StateConflictError:
                 continue
+            if cache is not None:
+                cache.appended(self.agent_key, self.user_id, self.session_id, messages, base=base, revision=revision)
             if latest is not None:
                 latest.messages.extend(messages)
                 for name, value in (fields or {}).items():

@@ -258,6 +258,8 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     assert rev == 1, "a deleted session starts again at revision 1"
 
     await _check_revision_types(store, f"typed-{run}")
+    if hasattr(store, "load_view"):
+        await _check_views(store, factory, persistent, f"views-{run}")
     agents_user = f"agents-{run}"
     await _check_agents(store, agents_user)
     if hasattr(store, "migrate_legacy"):
@@ -275,6 +277,67 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
         assert seen_agent is not None and seen_agent.agent == "beta", "a second store must see an agent's sessions"
     else:
         assert seen is None or seen.messages == msgs[:1], "a second store must see consistent data"
+
+
+async def _check_views(store: Any, factory: StoreFactory, persistent: bool, user: str) -> None:
+    """`load_view` reads a suffix of the transcript with every field; `SessionCache` stays exact."""
+    from agentrt.state.cache import SessionCache
+
+    assert await store.load_view(user, "v") is None, "load_view of a missing session must return None"
+    msgs = [Msg.user(f"m{i}") for i in range(5)]
+    await store.append(user, "v", msgs[:2], expected_revision=0, agent="va")
+    rev = await store.append(
+        user, "v", msgs[2:], fields={"summary": "s", "summary_index": 2}, expected_revision=1, agent="va"
+    )
+    full = await store.load(user, "v", agent="va")
+    assert full is not None and full.messages == msgs
+    assert await store.load_view(user, "v") is None, "load_view must not see another agent's session"
+    for since, offset in ((0, 0), (3, 3), (5, 5), (99, 5)):
+        view = await store.load_view(user, "v", agent="va", since_index=since)
+        assert view is not None, "load_view of an existing session must return it"
+        assert view.offset == offset, f"load_view(since_index={since}) must start at {offset}, not {view.offset}"
+        assert view.message_count == 5, "load_view must count the whole transcript"
+        assert view.state.messages == msgs[offset:], f"load_view(since_index={since}) must return messages[{offset}:]"
+        got = view.state
+        assert (got.agent, got.user_id, got.session_id) == ("va", user, "v"), "load_view must fill the address"
+        assert (got.summary, got.summary_index, got.revision) == ("s", 2, rev), "load_view must return every field"
+        assert got.created_at == full.created_at, "load_view must return the stored created_at"
+    await _expect(InvalidTypeError, store.load_view(user, "v", agent="va", since_index="1"), "a str since_index")
+    await _expect(InvalidValueError, store.load_view(user, "v", agent="va", since_index=-1), "a negative since_index")
+
+    # the per-process cache agents load through: exact after own appends, others' writes, deletes, saves
+    cache = SessionCache()
+    state = await cache.load(store, user, "v", agent="va")
+    assert state is not None and state.messages == msgs and cache.misses == 1
+    state.messages.append(Msg.user("unsaved"))  # a caller's list is its own
+    more = [Msg.user("m5")]
+    rev = await store.append(user, "v", more, expected_revision=rev, agent="va")
+    cache.appended("va", user, "v", more, base=rev - 1, revision=rev)
+    state = await cache.load(store, user, "v", agent="va")
+    assert state is not None and state.messages == [*msgs, *more] and state.revision == rev
+    assert cache.hits == 1, "a cached session must be served from the cache"
+    other = await _make(factory) if persistent else store
+    try:  # another replica (or a writer that bypasses the cache) appends: the cache reads only that
+        theirs = [Msg.assistant("m6"), Msg.user("m7")]
+        rev = await other.append(user, "v", theirs, fields={"summary_index": 4}, expected_revision=rev, agent="va")
+        state = await cache.load(store, user, "v", agent="va")
+        assert state is not None and state.messages == [*msgs, *more, *theirs], "the cache must see others' appends"
+        assert (state.revision, state.summary_index) == (rev, 4), "the cache must return the current fields"
+        await other.delete(user, "v", agent="va")
+        assert await cache.load(store, user, "v", agent="va") is None, "the cache must see a delete"
+        await other.append(user, "v", msgs[:1], expected_revision=0, agent="va")
+        state = await cache.load(store, user, "v", agent="va")
+        assert state is not None and state.messages == msgs[:1], "the cache must see a session created again"
+        replaced = AgentState(agent="va", user_id=user, session_id="v", messages=[Msg.user("new")])
+        await other.save(replaced)
+        state = await cache.load(store, user, "v", agent="va")
+        assert state is not None and state.messages == replaced.messages, "the cache must see a save"
+    finally:
+        if other is not store:
+            await other.close()
+    tiny = SessionCache(max_bytes=1)
+    assert await tiny.load(store, user, "v", agent="va") is not None and len(tiny) == 0, "a too large session"
+    await store.delete(user, "v", agent="va")
 
 
 async def _check_revision_types(store: AgentStateStore, user: str) -> None:

@@ -10,12 +10,15 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError
 from agentrt.message import Msg
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
 from agentrt.state.pending import Pending
+
+if TYPE_CHECKING:
+    from agentrt.state.cache import SessionCache
 
 __all__ = [
     "LEGACY_AGENT",
@@ -24,8 +27,10 @@ __all__ = [
     "AgentStateStore",
     "BaseStateStore",
     "SessionInfo",
+    "StateView",
     "check_agent",
     "check_expected_revision",
+    "check_since_index",
     "legacy_target",
 ]
 
@@ -85,6 +90,24 @@ class SessionInfo:
     message_count: int
     revision: int
     updated_at: float
+
+
+@dataclass(slots=True)
+class StateView:
+    """A session read from message `offset` on (`BaseStateStore.load_view`).
+
+    `state` holds every non-message field and revision as `load` returns them, but its `messages`
+    are only the transcript's ``messages[offset:]``; `message_count` is the length of the whole
+    transcript. Never `save` such a state: it would drop the messages before `offset`.
+    """
+
+    state: AgentState
+    offset: int
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the whole stored transcript."""
+        return self.offset + len(self.state.messages)
 
 
 @runtime_checkable
@@ -152,10 +175,42 @@ class BaseStateStore(abc.ABC):
     """
 
     _locks: LocalSessionLocks | None = None
+    _session_cache: SessionCache | None = None
 
     @abc.abstractmethod
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
+
+    async def load_view(
+        self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
+    ) -> StateView | None:
+        """The session with only the messages from `since_index` on, or None if it does not exist.
+
+        Costs O(fields + messages read) in the stores that implement it natively (memory, SQLite,
+        SQL, Redis); this generic version loads everything and slices. A `since_index` past the end
+        gives no messages and ``offset == message_count``.
+        """
+        check_since_index(since_index)
+        state = await self.load(user_id, session_id, agent=agent)
+        if state is None:
+            return None
+        offset = min(since_index, len(state.messages))
+        if offset:
+            state.messages = state.messages[offset:]
+        return StateView(state, offset)
+
+    @property
+    def session_cache(self) -> SessionCache:
+        """This store's per-process cache of decoded transcripts (used by agents' `Run.load`).
+
+        Set ``store.session_cache.max_bytes`` to change its budget (0 disables it).
+        """
+        cache = self._session_cache
+        if cache is None:
+            from agentrt.state.cache import SessionCache
+
+            cache = self._session_cache = SessionCache()
+        return cache
 
     @abc.abstractmethod
     async def append(
@@ -319,6 +374,20 @@ def check_agent(agent: object) -> str:
     if not isinstance(agent, str):
         raise InvalidTypeError(f"agent must be a str (the agent's state_key), not {type(agent).__name__}")
     return agent
+
+
+def check_since_index(value: object) -> int:
+    """`value` if it is an int >= 0 (the `since_index` of `load_view`), else a typed error.
+
+    Raises:
+        InvalidTypeError: `value` is not an int (bools are refused too).
+        InvalidValueError: `value` is negative.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidTypeError(f"since_index must be an int >= 0, not {value!r}")
+    if value < 0:
+        raise InvalidValueError(f"since_index must be >= 0, not {value}")
+    return value
 
 
 def check_expected_revision(value: object, *, optional: bool = False) -> int | None:

@@ -14,9 +14,12 @@ from agentrt.state.base import (
     AgentState,
     BaseStateStore,
     SessionInfo,
+    StateView,
     check_agent,
     check_expected_revision,
+    check_since_index,
 )
+from agentrt.state.cache import SessionCache
 from agentrt.state.pending import Pending
 
 __all__ = ["InMemoryStateStore"]
@@ -27,6 +30,8 @@ class InMemoryStateStore(BaseStateStore):
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[str, str, str], AgentState] = {}
+        # the sessions already are decoded objects in this process: a cache would only double them
+        self._session_cache = SessionCache(max_bytes=0)
 
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state (a copy), or None."""
@@ -34,6 +39,17 @@ class InMemoryStateStore(BaseStateStore):
         if stored is None:
             return None
         return _copy(stored)
+
+    async def load_view(
+        self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
+    ) -> StateView | None:
+        """The stored state with the messages from `since_index` on (copies only those), or None."""
+        check_since_index(since_index)
+        stored = self._sessions.get((check_agent(agent), user_id, session_id))
+        if stored is None:
+            return None
+        offset = min(since_index, len(stored.messages))
+        return StateView(_copy(stored, stored.messages[offset:]), offset)
 
     async def append(
         self,
@@ -120,10 +136,10 @@ def _copy_value(value: Any) -> Any:
     return value
 
 
-def _copy(state: AgentState) -> AgentState:
+def _copy(state: AgentState, messages: list[Msg] | None = None) -> AgentState:
     return replace(
         state,
-        messages=list(state.messages),
+        messages=list(state.messages) if messages is None else messages,
         rules=tuple(state.rules),
         active_groups=None if state.active_groups is None else list(state.active_groups),
         tool_state=dict(state.tool_state),

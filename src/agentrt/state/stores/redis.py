@@ -57,8 +57,10 @@ from agentrt.state.base import (
     BaseStateStore,
     LegacyFlag,
     SessionInfo,
+    StateView,
     check_agent,
     check_expected_revision,
+    check_since_index,
 )
 from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
 from agentrt.state.locks import LocalSessionLocks
@@ -149,16 +151,19 @@ return {1, revision}
 """
 )
 
-# KEYS: 1 hash, 2 list, 3 index, 4 agents (optional).  ARGV: 1 ttl ms.
-# Returns {hash as a flat list, messages} or nil.
+# KEYS: 1 hash, 2 list, 3 index, 4 agents (optional).  ARGV: 1 ttl ms, 2 first message index.
+# Returns {hash as a flat list, messages from ARGV[2] on, message count} or nil.
 _LOAD_LUA = (
     _TOUCH_LUA
     + """
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields == 0 then return false end
-local messages = redis.call('LRANGE', KEYS[2], 0, -1)
+local count = redis.call('LLEN', KEYS[2])
+local first = tonumber(ARGV[2])
+local messages = {}
+if first < count then messages = redis.call('LRANGE', KEYS[2], first, -1) end
 if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false, false) end
-return {fields, messages}
+return {fields, messages, count}
 """
 )
 
@@ -435,13 +440,22 @@ class RedisStateStore(BaseStateStore):
 
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None; refreshes the session's expiry when the store has a ttl."""
+        view = await self.load_view(user_id, session_id, agent=agent)
+        return None if view is None else view.state
+
+    async def load_view(
+        self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
+    ) -> StateView | None:
+        """The session with the messages from `since_index` on (``LRANGE`` from it), or None."""
+        check_since_index(since_index)
         keys = self._keys(agent, user_id, session_id)
         client = await self._conn()
         with self._redis_errors():
-            reply = await self._load(keys=keys, args=[self._ttl_ms], client=client)
+            reply = await self._load(keys=keys, args=[self._ttl_ms, since_index], client=client)
         if reply is None:
             return None
-        flat, items = reply
+        flat, items, count = reply
+        offset = min(since_index, int(count))
         stored: dict[str, bytes | str] = {_text(k): v for k, v in zip(flat[::2], flat[1::2], strict=True)}
         if (
             _text(stored.get("agent", b"")) != agent
@@ -470,7 +484,7 @@ class RedisStateStore(BaseStateStore):
         state = decode_state(doc, [decode_message(item) for item in items])
         if version < SCHEMA_VERSION:
             await self._upgrade_in_place(keys[0], state)
-        return state
+        return StateView(state, offset)
 
     async def _upgrade_in_place(self, hash_key: str, state: AgentState) -> None:
         """Rewrite an older-format document in the current format (same revision)."""

@@ -64,8 +64,10 @@ from agentrt.state.base import (
     AgentState,
     BaseStateStore,
     SessionInfo,
+    StateView,
     check_agent,
     check_expected_revision,
+    check_since_index,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks
@@ -316,17 +318,28 @@ class SqlStateStore(BaseStateStore):
 
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
+        view = await self.load_view(user_id, session_id, agent=agent)
+        return None if view is None else view.state
+
+    async def load_view(
+        self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
+    ) -> StateView | None:
+        """The session with the messages from `since_index` on (``WHERE seq >= ?``), or None."""
+        check_since_index(since_index)
         ak, _ = _agent_key(agent)
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
         await self._ensure_tables()
-        found = await self._run("load", lambda: self._load_tx(ak, uk, sk))
+        found = await self._run("load", lambda: self._load_tx(ak, uk, sk, since_index))
         if found is None:
             return None
         revision, raw_doc, count, created_at, updated_at, bodies = found
         where = f"session {session_id!r} of user {user_id!r}"
-        if len(bodies) != count:
-            raise StateStoreError(f"stored {where} is corrupt: expected {count} messages, found {len(bodies)}")
+        offset = min(since_index, count)
+        if len(bodies) != count - offset:
+            raise StateStoreError(
+                f"stored {where} is corrupt: expected {count - offset} messages from {offset}, found {len(bodies)}"
+            )
         doc = _parse_doc(raw_doc, where)
         try:
             state = decode_state(doc, [decode_message(body) for body in bodies])
@@ -338,7 +351,7 @@ class SqlStateStore(BaseStateStore):
         state.revision = int(revision)
         state.created_at = float(created_at)
         state.updated_at = float(updated_at)
-        return state
+        return StateView(state, offset)
 
     async def append(
         self,
@@ -533,7 +546,9 @@ class SqlStateStore(BaseStateStore):
     def _where_key(self, table: sa.Table, ak: str, uk: str, sk: str) -> sa.ColumnElement[bool]:
         return sa.and_(table.c.agent == ak, table.c.user_id == uk, table.c.session_id == sk)
 
-    async def _load_tx(self, ak: str, uk: str, sk: str) -> tuple[int, str, int, float, float, list[str]] | None:
+    async def _load_tx(
+        self, ak: str, uk: str, sk: str, since: int = 0
+    ) -> tuple[int, str, int, float, float, list[str]] | None:
         s, m = self._sessions, self._messages
         async with self._engine.connect() as conn:
             if self._pg:  # one snapshot for both reads (MySQL engines we create default to it)
@@ -552,7 +567,9 @@ class SqlStateStore(BaseStateStore):
                 # `seq < count` keeps reads consistent even under READ COMMITTED (a user's engine)
                 bodies = (
                     await conn.execute(
-                        sa.select(m.c.body).where(self._where_key(m, ak, uk, sk), m.c.seq < count).order_by(m.c.seq)
+                        sa.select(m.c.body)
+                        .where(self._where_key(m, ak, uk, sk), m.c.seq >= since, m.c.seq < count)
+                        .order_by(m.c.seq)
                     )
                 ).scalars()
                 return int(revision), str(doc), int(count), float(created_at), float(updated_at), list(bodies)

@@ -35,12 +35,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from agentrt import _json
 from agentrt.errors import StateConflictError, StateStoreError
 from agentrt.message import Msg
-from agentrt.state.base import AgentState, BaseStateStore, SessionInfo, check_agent, check_expected_revision
+from agentrt.state.base import (
+    AgentState,
+    BaseStateStore,
+    SessionInfo,
+    StateView,
+    check_agent,
+    check_expected_revision,
+    check_since_index,
+)
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 
 __all__ = ["DEFAULT_PATH", "SqliteStateStore"]
@@ -49,6 +57,8 @@ DEFAULT_PATH = Path("~/.agentrt/state.db")
 """Where `SqliteStateStore()` keeps its database when no path is given (``~`` is expanded)."""
 
 SCHEMA_VERSION = 2
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 _TABLES = """
 CREATE TABLE {sessions} (
@@ -114,8 +124,16 @@ class SqliteStateStore(BaseStateStore):
         busy_timeout: Seconds a write waits for another process's write transaction to finish
             before failing with `StateStoreError`.
 
-    Durability: ``synchronous=NORMAL`` in WAL mode, so a committed write survives a crash of the
-    process (SIGKILL included); the last commits before a power loss or OS crash may be lost.
+        synchronous: SQLite's ``PRAGMA synchronous`` for this store's connection: ``"NORMAL"`` (the
+            default), ``"FULL"``, ``"EXTRA"`` or ``"OFF"``.
+
+    Durability (WAL mode): with ``synchronous="NORMAL"`` a commit is written to the WAL file but not
+    fsynced (the WAL is synced only at checkpoints), so a committed write survives a crash of the
+    process (SIGKILL included: the OS still holds the written pages), while the last commits before
+    a power loss or OS crash may be lost (the database stays consistent: it rolls back to an earlier
+    commit). ``"FULL"`` (or ``"EXTRA"``) fsyncs the WAL at every commit, so committed writes survive
+    power loss too, at the price of one fsync per checkpoint; ``"OFF"`` never syncs (a process crash
+    is still safe, an OS crash or power loss may corrupt the database).
 
     Several processes may share one database file (SQLite serialises their writes; the revision
     check rejects lost updates), but `session_lock` is in-process only: processes that must run
@@ -124,7 +142,17 @@ class SqliteStateStore(BaseStateStore):
     A write whose caller is cancelled while the write runs may still commit: reload to find out.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout: float = 5.0,
+        synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL",
+    ) -> None:
+        mode = str(synchronous).upper()
+        if mode not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {synchronous!r}")
+        self._synchronous = mode
         if path is None:
             self._path = str(DEFAULT_PATH.expanduser())
         elif os.fspath(path) == ":memory:":
@@ -156,6 +184,12 @@ class SqliteStateStore(BaseStateStore):
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
         return await self._call(_load, check_agent(agent), user_id, session_id)
+
+    async def load_view(
+        self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
+    ) -> StateView | None:
+        """The session with the messages from `since_index` on (``WHERE seq >= ?``), or None."""
+        return await self._call(_load_view, check_agent(agent), user_id, session_id, check_since_index(since_index))
 
     async def append(
         self,
@@ -328,7 +362,7 @@ class SqliteStateStore(BaseStateStore):
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             _migrate(conn)  # before foreign keys are on: the migration rebuilds referenced tables
             conn.execute("PRAGMA foreign_keys = ON")
             self._has_legacy = _any_legacy(conn)
@@ -431,6 +465,11 @@ _KEY = "agent = ? AND user_id = ? AND session_id = ?"
 
 
 def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0)
+    return None if view is None else view.state
+
+
+def _load_view(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int) -> StateView | None:
     key = (agent, user_id, session_id)
     with _transaction(conn, write=False):
         row = conn.execute(
@@ -438,11 +477,19 @@ def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -
         ).fetchone()
         if row is None:
             return None
-        rows = conn.execute(f"SELECT seq, body FROM messages WHERE {_KEY} ORDER BY seq", key).fetchall()
+        if since:
+            rows = conn.execute(
+                f"SELECT seq, body FROM messages WHERE {_KEY} AND seq >= ? ORDER BY seq", (*key, since)
+            ).fetchall()
+        else:
+            rows = conn.execute(f"SELECT seq, body FROM messages WHERE {_KEY} ORDER BY seq", key).fetchall()
     revision, raw_doc, count, created_at, updated_at = row
     where = f"session {session_id!r} of user {user_id!r}"
-    if len(rows) != count or (rows and (rows[0][0] != 0 or rows[-1][0] != count - 1)):
-        raise StateStoreError(f"stored {where} is corrupt: expected messages 0..{count - 1}, found {len(rows)} rows")
+    first = min(since, count)
+    if len(rows) != count - first or (rows and (rows[0][0] != first or rows[-1][0] != count - 1)):
+        raise StateStoreError(
+            f"stored {where} is corrupt: expected messages {first}..{count - 1}, found {len(rows)} rows"
+        )
     doc = _parse_doc(raw_doc, user_id, session_id)
     try:
         messages = [decode_message(body) for _, body in rows]
@@ -455,7 +502,7 @@ def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -
     state.agent = agent
     state.user_id = user_id
     state.session_id = session_id
-    return state
+    return StateView(state, first)
 
 
 def _append(
