@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,all
 
-.PHONY: help venv node-deps demo test unit integration lint format typecheck bench clean
+.PHONY: help venv node-deps demo test coverage-ratchet test-pythons unit integration lint format typecheck bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -24,8 +24,24 @@ demo: $(STAMP) ## Run the offline demo (scripted model, real tools)
 node-deps: ## npm packages the interop tests drive (MCP reference server, AG-UI client)
 	bash scripts/install-node-deps.sh
 
-test: $(STAMP) lint node-deps ## Lint, type-check and run the whole test suite
-	$(BIN)/python -m pytest -q
+test: $(STAMP) lint node-deps ## Lint, type-check, run the whole test suite with branch coverage, check the floor
+	$(BIN)/python -m pytest -q --cov --cov-report=
+	$(BIN)/python scripts/coverage_ratchet.py
+
+coverage-ratchet: $(STAMP) ## Raise coverage-floor.txt to the coverage of the last `make test` (never lowers it)
+	$(BIN)/python scripts/coverage_ratchet.py --update
+
+# Interpreters: pythonX.Y on PATH, else pyenv's (installed on the project's machines; `uv python
+# install` cannot download here). One venv per version; the coverage floor is checked by `make test` only.
+PYTHONS ?= 3.11 3.12 3.13
+test-pythons: node-deps ## The whole test suite on each Python of PYTHONS (.venv-X.Y each)
+	@set -e; for v in $(PYTHONS); do \
+	  py=python$$v; $$py -c '' 2>/dev/null || py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | tail -n 1); \
+	  if [ -z "$$py" ]; then echo "python$$v not found (see CONTRIBUTING.md, 'Python versions')"; exit 1; fi; \
+	  echo "== Python $$v: $$py"; \
+	  $(MAKE) --no-print-directory venv PY=$$py VENV=.venv-$$v; \
+	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider; \
+	done
 
 unit: $(STAMP) ## Unit tests only
 	$(BIN)/python -m pytest -q tests/unit

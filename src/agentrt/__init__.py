@@ -18,7 +18,7 @@ from agentrt.middleware import Middleware
 from agentrt.permission import ConfirmResult, PermissionContext, PermissionMode, PermissionRule
 from agentrt.tool import Toolkit, tool
 
-__version__ = "0.1.0"
+__version__: str  # read from the installed package's metadata on first access (see __getattr__)
 
 __all__ = [
     "AudioBlock",
@@ -42,3 +42,31 @@ __all__ = [
     "VideoBlock",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> str:
+    # importlib.metadata (email, zipfile, csv...) costs more to import than agentrt's own modules,
+    # so the version is read when asked for, not by `import agentrt`.
+    if name != "__version__":
+        raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("agentrt")
+    except PackageNotFoundError:
+        found = _source_tree_version()
+    globals()["__version__"] = found
+    return found
+
+
+def _source_tree_version() -> str:
+    """The version in pyproject.toml beside a source checkout that was never installed."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        with pyproject.open("rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "0+unknown"
