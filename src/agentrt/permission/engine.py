@@ -164,7 +164,9 @@ class PermissionEngine:
         return PermissionDecision(
             decision=Decision.ASK,
             reason=reason,
-            suggested_rules=suggest_rules(tool.name, call.input, workspace=view.root),
+            suggested_rules=suggest_rules(
+                tool.name, call.input, workspace=getattr(tool, "workspace", None) or self.context.workspace
+            ),
         )
 
     def _inside_workspace(self, view: CallView) -> bool:

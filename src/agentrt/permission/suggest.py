@@ -128,6 +128,7 @@ def suggest_rules(tool_name: str, args: Mapping[str, Any], *, workspace: str | N
     that cannot be parsed gets no suggestion: no allow rule can match it.
     """
     root = workspace or os.getcwd()
+    declared = workspace is not None
     exact: dict[str, str] = {}
     has_command = has_path = False
     for key, value in args.items():
@@ -146,7 +147,7 @@ def suggest_rules(tool_name: str, args: Mapping[str, Any], *, workspace: str | N
             general = _command_rule(tool_name, keys[0], args[keys[0]])
     elif has_path:
         key = next(k for k, v in args.items() if is_path_key(k) and isinstance(v, str))
-        general = _path_rule(tool_name, key, args[key], root)
+        general = _path_rule(tool_name, key, args[key], root, declared=declared)
     elif exact:
         general = PermissionRule(tool=tool_name, source="suggested")
     if general is not None and general != suggestions[0] and general.matches(tool_name, args, workspace=root):
@@ -173,27 +174,28 @@ def _command_rule(tool_name: str, key: str, command: str) -> PermissionRule | No
     return PermissionRule(tool=tool_name, args={key: pattern}, source="suggested")
 
 
-def _too_wide_dir(directory: str, root: str) -> bool:
+def _too_wide_dir(directory: str, root: str, *, declared: bool = True) -> bool:
     """Whether a directory is too wide to allow wholesale.
 
     That is ``/``, a system directory, a protected one, the home directory or one of its ancestors,
-    or an ancestor of the workspace.
+    or an ancestor of the workspace (when one is declared: the process's working directory is not a
+    workspace, and suggestions must not depend on where the process was started).
     """
     if directory == "/" or directory in _SYSTEM_DIRS or is_dangerous_path(directory):
         return True
     home = os.path.realpath(os.path.expanduser("~"))
     workspace = os.path.realpath(root)
     below = directory.rstrip("/") + "/"
-    return home == directory or home.startswith(below) or workspace.startswith(below)
+    return home == directory or home.startswith(below) or (declared and workspace.startswith(below))
 
 
-def _path_rule(tool_name: str, key: str, value: str, root: str) -> PermissionRule | None:
+def _path_rule(tool_name: str, key: str, value: str, root: str, *, declared: bool = True) -> PermissionRule | None:
     stripped = value.rstrip("/") or value
     directory = posixpath.dirname(stripped) or "."
     expanded = os.path.expanduser(directory) if directory.startswith("~") else directory
     full = posixpath.normpath(posixpath.join(root, expanded))
     real = os.path.realpath(full)
-    if _too_wide_dir(real, root):
+    if _too_wide_dir(real, root, declared=declared):
         return None
     shown = directory if real == full else real
     return PermissionRule(tool=tool_name, args={key: glob_escape(shown) + "/**"}, source="suggested")
@@ -244,12 +246,13 @@ def check_answer_rule(rule: PermissionRule, *, tool: ToolTraits | None, mode: Pe
     guarded = {k for k in params if is_command_key(k) or is_path_key(k)}
     for key in sorted(guarded - set(args)):
         return f"an allow rule for {rule.tool!r} must constrain its {key!r} argument"
-    root = (tool.workspace if tool is not None else None) or os.getcwd()
+    declared = tool.workspace if tool is not None else None
+    root = declared or os.getcwd()
     for key, pattern in args.items():
         if is_command_key(key):
             why = _command_pattern_too_wide(pattern)
         elif is_path_key(key):
-            why = _path_pattern_too_wide(pattern, root)
+            why = _path_pattern_too_wide(pattern, root, declared=declared is not None)
         else:
             why = None
         if why is not None:
@@ -311,7 +314,7 @@ def _command_pattern_too_wide(pattern: str) -> str | None:
     return None
 
 
-def _path_pattern_too_wide(pattern: str, root: str) -> str | None:
+def _path_pattern_too_wide(pattern: str, root: str, *, declared: bool = True) -> str | None:
     if pattern.startswith("re:"):
         return "path rules from an answer must be globs"
     compiled = path_pattern(pattern, root, below=False)
@@ -325,6 +328,6 @@ def _path_pattern_too_wide(pattern: str, root: str) -> str | None:
     directory = "/" + "/".join(prefix)
     if len(prefix) == len(literal):
         return None  # one exact path
-    if _too_wide_dir(directory, root):
+    if _too_wide_dir(directory, root, declared=declared):
         return f"it covers {directory!r}"
     return None
