@@ -438,17 +438,25 @@ def _apply_groups(run: Run, defaults: frozenset[str], name: str, add: bool) -> l
 
 
 def _warn_unmatched_rules(agent_name: str, permission: Any, toolkit: Toolkit) -> None:
-    """Warn about permission rules that name no registered tool (a typo makes a deny rule do nothing)."""
+    """Report permission rules that name no registered tool (a typo makes a deny rule do nothing).
+
+    A warning; a `UserError` when the `PermissionContext` is ``strict``.
+    """
     rules = getattr(permission, "rules", None)
     if not rules:
         return
     from agentrt.permission import unmatched_rules
 
-    for rule in unmatched_rules(rules, toolkit.tools):
+    unmatched = unmatched_rules(rules, toolkit.tools)
+    tools = ", ".join(sorted(toolkit.tools)) or "none"
+    if unmatched and getattr(permission, "strict", False):
+        names = ", ".join(f"{r.decision.value} {r.tool!r}" for r in unmatched)
+        raise UserError(f"agent {agent_name!r}: permission rule(s) {names} match no registered tool (tools: {tools})")
+    for rule in unmatched:
         logger.warning(
             "agent %r: permission rule %s %r matches no registered tool (tools: %s); it will never apply",
             agent_name,
             rule.decision.value,
             rule.tool,
-            ", ".join(sorted(toolkit.tools)) or "none",
+            tools,
         )

@@ -30,6 +30,9 @@ class PermissionContext:
     workspace of their own are taken from it too."""
     implicit: bool = field(default=False, compare=True)
     """True only for the default context of an agent configured without permissions."""
+    strict: bool = False
+    """Refuse (`UserError` at agent construction) rules whose tool pattern matches no registered
+    tool, instead of warning: a misspelt tool name would make a deny rule do nothing."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", PermissionMode(self.mode))

@@ -144,3 +144,11 @@ def test_a_rule_naming_no_registered_tool_is_reported_at_construction(caplog: py
         )
     warned = [r.getMessage() for r in caplog.records if "matches no registered tool" in r.getMessage()]
     assert len(warned) == 1 and "'shell'" in warned[0] and "run_command" in warned[0]
+
+
+def test_strict_permissions_refuse_a_rule_naming_no_registered_tool() -> None:
+    from agentrt.permission import PermissionContext, PermissionRule
+
+    rules = [PermissionRule(tool="shell", decision="deny", args={"command": "rm -rf*"})]
+    with pytest.raises(UserError, match="'shell'"):
+        ReActAgent("bot", model=ScriptedModel([]), permission=PermissionContext(rules=rules, strict=True))
