@@ -429,7 +429,8 @@ async def resume(
                 continue
             action, effective, reason = plans[call.id]
             if action == _DENY:
-                result = _denied(call, f"Permission denied for the edited arguments: {reason}.")
+                edited_note = " for the edited arguments" if dict(effective.input) != dict(call.input) else ""
+                result = _denied(call, f"Permission denied{edited_note}: {reason}.")
                 if on_result is not None:
                     await on_result(result, 0.0)
                 results.append(result)
