@@ -355,3 +355,40 @@ async def test_rules_naming_other_or_many_tools_are_refused_with_the_answer(rule
         )
     state = await agent.get_state("u", "s")
     assert d.runs == [] and state.pending is not None and list(state.rules) == []
+
+
+async def test_an_interrupt_while_loading_a_paused_session_keeps_the_history_valid() -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    class SlowStore(InMemoryStateStore):
+        slow = False
+
+        async def load(self, user_id: str, session_id: str, *, agent: str = "") -> Any:
+            if self.slow:
+                self.slow = False
+                entered.set()
+                await release.wait()
+            return await super().load(user_id, session_id, agent=agent)
+
+    d = Danger()
+    store = SlowStore()
+    store.session_cache.max_bytes = 0  # every call really loads
+    agent = make_agent(d, store)
+    await agent.call("go", CTX)
+    store.slow = True
+    task = asyncio.create_task(agent.call(approve("c1"), CTX))
+    await entered.wait()
+    assert agent.interrupt(CTX)
+    release.set()
+    reply = await task
+    assert reply.generate_reason is GenerateReason.INTERRUPTED
+    await check(agent)
+    # The interrupted call never got to spend the approval: the call still waits, and runs once.
+    assert (await agent.get_state("u", "s")).pending is not None
+    assert d.runs == []
+    await agent.call(approve("c1"), CTX)
+    with pytest.raises(NotPendingError):
+        await agent.call(approve("c1"), CTX)
+    assert d.runs == ["t1"]
+    await check(agent)

@@ -648,7 +648,11 @@ def _bind_acting_mw(
 # interrupts
 # --------------------------------------------------------------------------------------------------
 async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
-    _turns.close_turn(run)
+    # Interrupted while the state was still loading: nothing of this call was written, and writing
+    # now (blind to what is stored, e.g. calls waiting for approval) could break the history.
+    loaded = run.loaded
+    if loaded:
+        _turns.close_turn(run)
     if run.streaming:
         run.event(ev.Interrupted, message=run.interrupt_message.text if run.interrupt_message else "")
     final = Msg(
@@ -659,6 +663,8 @@ async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
         usage=run.usage,
         metadata={META_GENERATE_REASON: GenerateReason.INTERRUPTED.value},
     )
+    if not loaded:
+        return final
     run.add_messages(final)
     if run.interrupt_message is not None:
         run.add_messages(run.interrupt_message)

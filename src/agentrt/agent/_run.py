@@ -137,6 +137,11 @@ class Run:
     def state(self, state: AgentState) -> None:
         self._state = state
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the session's state was read from the store (or set) for this call."""
+        return self._state is not None
+
     def add_messages(self, *msgs: Msg) -> None:
         """Append to the transcript; persisted at the next `checkpoint`."""
         self.state.messages.extend(msgs)
