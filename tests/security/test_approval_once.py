@@ -392,3 +392,29 @@ async def test_an_interrupt_while_loading_a_paused_session_keeps_the_history_val
         await agent.call(approve("c1"), CTX)
     assert d.runs == ["t1"]
     await check(agent)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.dictionaries(st.sampled_from(["tool_call_id", "tool_call", "confirmed"]), st.from_type(object)),
+            st.text(max_size=5),
+            st.integers(),
+        ),
+        max_size=3,
+    )
+)
+def test_malformed_answers_to_a_session_with_nothing_pending_are_user_errors(raw: list[Any]) -> None:
+    async def go() -> None:
+        d = Danger()
+        agent = make_agent(d, InMemoryStateStore())
+        await agent.call("go", CTX)
+        await agent.call(Msg.confirm([ConfirmResult(confirmed=False, tool_call="c1")]), CTX)  # nothing waits now
+        before = await agent.get_state("u", "s")
+        with pytest.raises(UserError):
+            await agent.call(Msg(role="user", content=[], metadata={"confirm_results": raw}), CTX)
+        after = await agent.get_state("u", "s")
+        assert after.revision == before.revision and d.runs == []
+
+    asyncio.run(go())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -222,10 +222,13 @@ def _refuse_stray_answers(run: Run) -> None:
 
 
 def _answer_id(raw: Any) -> str:
-    if isinstance(raw, dict):
-        return str(raw.get("tool_call_id") or (raw.get("tool_call") or {}).get("id", "?"))
-    call = getattr(raw, "tool_call_id", None)
-    return str(call) if call is not None else "?"
+    """The call id an answer names, for the error message; never fails on a malformed answer."""
+    if isinstance(raw, Mapping):
+        call = raw.get("tool_call")
+        found = raw.get("tool_call_id") or (call.get("id") if isinstance(call, Mapping) else call)
+        return str(found)[:200] if found else "?"
+    call_id = getattr(raw, "tool_call_id", None)
+    return str(call_id)[:200] if call_id is not None else "?"
 
 
 async def _repair_dangling(agent: ReActAgent, run: Run, executor: ToolExecutor) -> None:
