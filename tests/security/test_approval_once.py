@@ -398,7 +398,14 @@ async def test_an_interrupt_while_loading_a_paused_session_keeps_the_history_val
 @given(
     st.lists(
         st.one_of(
-            st.dictionaries(st.sampled_from(["tool_call_id", "tool_call", "confirmed"]), st.from_type(object)),
+            st.dictionaries(
+                st.sampled_from(["tool_call_id", "tool_call", "confirmed"]),
+                st.recursive(
+                    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+                    max_leaves=4,
+                ),
+            ),
             st.text(max_size=5),
             st.integers(),
         ),
