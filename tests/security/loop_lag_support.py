@@ -18,8 +18,10 @@ from agentrt.model import ScriptedModel
 from agentrt.permission import PermissionContext, PermissionMode
 
 TICK = 0.01
-LAG_BUDGET = 0.5
-"""Longest loop stall a test accepts: the target is ~100 ms; the margin absorbs CI noise."""
+LAG_BUDGET = 1.5
+"""Longest loop stall a test accepts. Healthy runs stall ~10-100 ms; a loaded 2-core CI machine has
+shown 0.52 s of scheduler noise. The regressions these tests guard (a backtracking regex holding the
+GIL, a tool's work on the loop) are sized to stall for 6 s or more, so they still fail by seconds."""
 _sessions = itertools.count()
 
 
