@@ -344,19 +344,9 @@ class EventReducer:
         elif event.reply_id != self.reply_id or event.source != self._source:
             return  # another call's events (e.g. a forwarded subagent stream)
         if isinstance(event, (ModelCallStarted, ModelRestarted)):
-            self._order.clear()
-            self._blocks.clear()
-            self._calls.clear()
-            self._args.clear()
+            self._new_step()
         elif isinstance(event, (TextDelta, ThinkingDelta)):
-            key = ("t:" if isinstance(event, TextDelta) else "k:") + event.block_id
-            parts = self._blocks.get(key)
-            if parts is None:
-                parts = self._blocks[key] = []
-                self._order.append(key)
-            parts.append(event.delta)
-            if isinstance(event, ThinkingDelta) and event.signature is not None:
-                self._blocks[key + ":sig"] = [event.signature]
+            self._add_delta(event)
         elif isinstance(event, ToolCallStarted):
             key = "c:" + event.block_id
             self._calls[key] = (event.tool_call_id, event.name)
@@ -367,22 +357,44 @@ class EventReducer:
         elif isinstance(event, Usage):
             self._usage = event.usage if self._usage is None else self._usage + event.usage
         elif isinstance(event, (RequireUserConfirm, RequireExternalExecution)):
-            if isinstance(event, RequireUserConfirm):
-                self._reason = GenerateReason.AWAITING_CONFIRMATION
-            elif self._reason is None:
-                self._reason = GenerateReason.AWAITING_EXTERNAL_EXECUTION
-            if self._resumed_only or not self._order:
-                # A resumed call that pauses again made no model step: the reply lists the waiting calls.
-                self._resumed_only = True
-                for call in event.tool_calls:
-                    key = f"c:pending-{call.id}"
-                    self._calls[key] = (call.id, call.name)
-                    self._args[key] = [_json.dumps(dict(call.input))]
-                    self._order.append(key)
+            self._pause(event)
         elif isinstance(event, Interrupted):
             self._reason = GenerateReason.INTERRUPTED
         elif isinstance(event, RunFinished):
             self._final = event.msg
+
+    def _new_step(self) -> None:
+        """Forget the content of the previous (or the restarted) reasoning step."""
+        self._order.clear()
+        self._blocks.clear()
+        self._calls.clear()
+        self._args.clear()
+
+    def _add_delta(self, event: TextDelta | ThinkingDelta) -> None:
+        """Append a text or thinking delta to its block (opened on its first delta)."""
+        key = ("t:" if isinstance(event, TextDelta) else "k:") + event.block_id
+        parts = self._blocks.get(key)
+        if parts is None:
+            parts = self._blocks[key] = []
+            self._order.append(key)
+        parts.append(event.delta)
+        if isinstance(event, ThinkingDelta) and event.signature is not None:
+            self._blocks[key + ":sig"] = [event.signature]
+
+    def _pause(self, event: RequireUserConfirm | RequireExternalExecution) -> None:
+        """Record why the run paused (approval wins over external execution) and, if needed, the waiting calls."""
+        if isinstance(event, RequireUserConfirm):
+            self._reason = GenerateReason.AWAITING_CONFIRMATION
+        elif self._reason is None:
+            self._reason = GenerateReason.AWAITING_EXTERNAL_EXECUTION
+        if self._resumed_only or not self._order:
+            # A resumed call that pauses again made no model step: the reply lists the waiting calls.
+            self._resumed_only = True
+            for call in event.tool_calls:
+                key = f"c:pending-{call.id}"
+                self._calls[key] = (call.id, call.name)
+                self._args[key] = [_json.dumps(dict(call.input))]
+                self._order.append(key)
 
     def feed_all(self, events: Iterable[AgentEvent]) -> Msg:
         """Apply every event and return the reply."""

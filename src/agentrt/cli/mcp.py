@@ -34,19 +34,7 @@ def build_mcp_app() -> "typer.Typer":
         user: Annotated[str, typer.Option("--user", "-u", help="agentrt user id of the calls.")] = "mcp",
     ) -> None:
         """Expose a toolkit (one MCP tool per tool) or an agent (one ask_<name> tool) to MCP clients."""
-        from agentrt.errors import AgentrtError
-        from agentrt.mcp.server import load_target, serve_mcp
-
-        if transport not in ("stdio", "http", "sse"):
-            _fail(f"--transport must be stdio, http or sse, not {transport!r}")
-        try:
-            obj = load_target(target)
-            # stdout carries the protocol under stdio: everything else goes to stderr.
-            serve_mcp(obj, transport, host=host, port=port, path=path, name=name, user_id=user)  # type: ignore[arg-type]
-        except AgentrtError as exc:
-            _fail(f"{type(exc).__name__}: {exc}")
-        except KeyboardInterrupt:  # pragma: no cover - interactive
-            pass
+        _serve(target, transport, host=host, port=port, path=path, name=name, user=user)
 
     # Everything after the server's command is its own: `agentrt mcp tools npx -y @pkg --flag`.
     # Options of ours go before the command (or use `--`).
@@ -67,26 +55,7 @@ def build_mcp_app() -> "typer.Typer":
 
         Options come before the server's command; everything after it is passed to the server.
         """
-        from rich.table import Table
-
-        from agentrt.tool.toolkit import Toolkit
-
-        client = _client(command, http, sse)
-
-        async def go() -> Toolkit:
-            toolkit = Toolkit()
-            try:
-                await toolkit.register_mcp(client, prefix=prefix)
-            finally:
-                await toolkit.aclose()
-            return toolkit
-
-        toolkit = _run(go)
-        table = Table("tool", "kind", "description", title=f"MCP server {client.name!r}")
-        for t in toolkit:
-            kind = "read-only" if t.read_only else ("destructive" if t.destructive else "")
-            table.add_row(t.name, kind, (t.description or "").split("\n")[0][:100])
-        _print(table)
+        _list_tools(_client(command, http, sse), prefix)
 
     @app.command(context_settings=passthrough)
     def resources(
@@ -95,25 +64,7 @@ def build_mcp_app() -> "typer.Typer":
         sse: Sse = None,
     ) -> None:
         """List an MCP server's resources and resource templates."""
-        from rich.table import Table
-
-        client = _client(command, http, sse)
-
-        async def go() -> list[tuple[str, str, str, str]]:
-            async with client:
-                caps = client.server_capabilities
-                if caps is None or caps.resources is None:
-                    return []
-                rows = [(r.uri, r.name, r.mime_type or "", r.description or "") for r in await client.list_resources()]
-                for t in await client.list_resource_templates():
-                    rows.append((t.uri_template, t.name, t.mime_type or "", t.description or ""))
-                return rows
-
-        rows = _run(go)
-        table = Table("uri", "name", "type", "description", title=f"MCP server {client.name!r}: resources")
-        for uri, name, mime, description in rows:
-            table.add_row(uri, name, mime, description.split("\n")[0][:100])
-        _print(table)
+        _list_resources(_client(command, http, sse))
 
     @app.command(context_settings=passthrough)
     def prompts(
@@ -122,31 +73,94 @@ def build_mcp_app() -> "typer.Typer":
         sse: Sse = None,
     ) -> None:
         """List an MCP server's prompts and their arguments (required ones marked *)."""
-        from rich.table import Table
-
-        client = _client(command, http, sse)
-
-        async def go() -> list[tuple[str, str, str]]:
-            async with client:
-                caps = client.server_capabilities
-                if caps is None or caps.prompts is None:
-                    return []
-                return [
-                    (
-                        p.name,
-                        ", ".join(a.name + ("*" if a.required else "") for a in p.arguments or ()),
-                        p.description or "",
-                    )
-                    for p in await client.list_prompts()
-                ]
-
-        found = _run(go)
-        table = Table("prompt", "arguments", "description", title=f"MCP server {client.name!r}: prompts")
-        for name, arguments, description in found:
-            table.add_row(name, arguments, description.split("\n")[0][:100])
-        _print(table)
+        _list_prompts(_client(command, http, sse))
 
     return app
+
+
+def _serve(target: str, transport: str, *, host: str, port: int, path: str | None, name: str | None, user: str) -> None:
+    """``mcp serve``: load the target and serve it until the transport closes."""
+    from agentrt.errors import AgentrtError
+    from agentrt.mcp.server import load_target, serve_mcp
+
+    if transport not in ("stdio", "http", "sse"):
+        _fail(f"--transport must be stdio, http or sse, not {transport!r}")
+    try:
+        obj = load_target(target)
+        # stdout carries the protocol under stdio: everything else goes to stderr.
+        serve_mcp(obj, transport, host=host, port=port, path=path, name=name, user_id=user)  # type: ignore[arg-type]
+    except AgentrtError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        pass
+
+
+def _list_tools(client: "McpClient", prefix: str | None) -> None:
+    """``mcp tools``: print the server's tools as a toolkit registers them."""
+    from rich.table import Table
+
+    from agentrt.tool.toolkit import Toolkit
+
+    async def go() -> Toolkit:
+        toolkit = Toolkit()
+        try:
+            await toolkit.register_mcp(client, prefix=prefix)
+        finally:
+            await toolkit.aclose()
+        return toolkit
+
+    toolkit = _run(go)
+    table = Table("tool", "kind", "description", title=f"MCP server {client.name!r}")
+    for t in toolkit:
+        kind = "read-only" if t.read_only else ("destructive" if t.destructive else "")
+        table.add_row(t.name, kind, (t.description or "").split("\n")[0][:100])
+    _print(table)
+
+
+def _list_resources(client: "McpClient") -> None:
+    """``mcp resources``: print the server's resources and resource templates."""
+    from rich.table import Table
+
+    async def go() -> list[tuple[str, str, str, str]]:
+        async with client:
+            caps = client.server_capabilities
+            if caps is None or caps.resources is None:
+                return []
+            rows = [(r.uri, r.name, r.mime_type or "", r.description or "") for r in await client.list_resources()]
+            for t in await client.list_resource_templates():
+                rows.append((t.uri_template, t.name, t.mime_type or "", t.description or ""))
+            return rows
+
+    rows = _run(go)
+    table = Table("uri", "name", "type", "description", title=f"MCP server {client.name!r}: resources")
+    for uri, name, mime, description in rows:
+        table.add_row(uri, name, mime, description.split("\n")[0][:100])
+    _print(table)
+
+
+def _list_prompts(client: "McpClient") -> None:
+    """``mcp prompts``: print the server's prompts and their arguments."""
+    from rich.table import Table
+
+    async def go() -> list[tuple[str, str, str]]:
+        async with client:
+            caps = client.server_capabilities
+            if caps is None or caps.prompts is None:
+                return []
+            return [
+                (
+                    p.name,
+                    ", ".join(a.name + ("*" if a.required else "") for a in p.arguments or ()),
+                    p.description or "",
+                )
+                for p in await client.list_prompts()
+            ]
+
+    found = _run(go)
+    table = Table("prompt", "arguments", "description", title=f"MCP server {client.name!r}: prompts")
+    for name, arguments, description in found:
+        table.add_row(name, arguments, description.split("\n")[0][:100])
+    _print(table)
 
 
 def _client(command: list[str] | None, http: str | None, sse: str | None) -> "McpClient":

@@ -103,8 +103,6 @@ async def _find(
 def build_sessions_app() -> "typer.Typer":
     """The ``sessions`` command group."""
     import typer
-    from rich.console import Console
-    from rich.table import Table
 
     from agentrt.context import ANONYMOUS_USER
 
@@ -120,17 +118,6 @@ def build_sessions_app() -> "typer.Typer":
         "had an agent. Default: the only agent with a session of that id.",
     )
 
-    def load(store: str | None, user: str, session: str, agent: str | None) -> "tuple[str, AgentState]":
-        try:
-            owner, state = _run(store, lambda s: _find(s, user, session, agent))
-        except ValueError as exc:
-            Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
-            raise typer.Exit(1) from None
-        if state is None:
-            Console(stderr=True).print(f"[red]no {_whose(session, user, agent)}[/]", highlight=False)
-            raise typer.Exit(1)
-        return owner, state
-
     @app.command("list")
     def list_(
         store: Annotated[str | None, store_opt] = None,
@@ -140,18 +127,7 @@ def build_sessions_app() -> "typer.Typer":
         ] = None,
     ) -> None:
         """List a user's sessions, newest first."""
-        sessions = _run(store, lambda s: s.list_sessions(user, agent=agent))
-        table = Table("agent", "session", "messages", "revision", "updated")
-        for info in sessions:
-            table.add_row(
-                _agent_label(info.agent),
-                info.session_id,
-                str(info.message_count),
-                str(info.revision),
-                _when(info.updated_at),
-            )
-        owner = f" of agent {agent!r}" if agent else ""
-        Console().print(table if sessions else f"no sessions{owner} for user {user!r}")
+        _list_sessions(store, user, agent)
 
     @app.command()
     def show(
@@ -161,18 +137,7 @@ def build_sessions_app() -> "typer.Typer":
         agent: Annotated[str | None, agent_opt] = None,
     ) -> None:
         """Show a session's conversation and state."""
-        owner, state = load(store, user, session, agent)
-        console = Console()
-        render_messages(console, state.messages)
-        extras = {k: v for k, v in state.fields_dict().items() if v not in (None, (), [], {}, 0)}
-        from rich.markup import escape
-
-        summary = escape(json.dumps(extras, default=str)[:2000])
-        console.print(
-            f"[dim]agent {escape(_agent_label(owner))}; revision {state.revision}; {len(state.messages)} messages; "
-            f"{summary}[/]",
-            markup=True,
-        )
+        _show(store, user, session, agent)
 
     @app.command()
     def export(
@@ -183,15 +148,7 @@ def build_sessions_app() -> "typer.Typer":
         output: Annotated[str | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
     ) -> None:
         """Export a session as JSON (the versioned state format)."""
-        from agentrt.state.codec import encode_state
-
-        _, state = load(store, user, session, agent)
-        text = json.dumps(encode_state(state), ensure_ascii=False, indent=2)
-        if output:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        else:
-            sys.stdout.write(text + "\n")
+        _export(store, user, session, agent, output)
 
     @app.command()
     def delete(
@@ -202,24 +159,7 @@ def build_sessions_app() -> "typer.Typer":
         yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     ) -> None:
         """Delete a session."""
-
-        async def work(s: "AgentStateStore") -> tuple[str, bool] | None:
-            owner, state = await _find(s, user, session, agent)
-            if state is None:
-                return None
-            if not yes and not typer.confirm(f"Delete {_whose(session, user, owner)}?"):
-                raise typer.Exit(1)
-            return owner, await s.delete(user, session, agent=owner)
-
-        try:
-            done = _run(store, work)
-        except ValueError as exc:
-            Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
-            raise typer.Exit(1) from None
-        if done is None or not done[1]:
-            Console().print(f"no {_whose(session, user, agent)}", highlight=False)
-            raise typer.Exit(1)
-        Console().print(f"deleted {_whose(session, user, done[0])}", highlight=False)
+        _delete(store, user, session, agent, yes=yes)
 
     @app.command()
     def migrate(
@@ -245,20 +185,117 @@ def build_sessions_app() -> "typer.Typer":
         --all-unprefixed, sessions whose id holds no ':' move too, keeping their id. A session whose
         new address is taken stays where it is.
         """
-        if not agent:
-            Console(stderr=True).print("[red]--agent must name an agent[/]")
-            raise typer.Exit(2)
-
-        async def work(s: "AgentStateStore") -> tuple[int, bool]:
-            mover = getattr(s, "migrate_legacy", None)
-            if mover is None:
-                raise typer.BadParameter(f"{type(s).__name__} cannot migrate sessions")
-            moved = await mover(agent, user_id=user, all_unprefixed=all_unprefixed, prefix=prefix)
-            return moved, bool(getattr(s, "has_legacy_sessions", False))
-
-        moved, left = _run(store, work)
-        plural = "" if moved == 1 else "s"
-        tail = "; sessions without an agent are left" if left else ""
-        Console().print(f"moved {moved} session{plural} to agent {agent!r}{tail}", highlight=False)
+        _migrate(store, agent, user, all_unprefixed=all_unprefixed, prefix=prefix)
 
     return app
+
+
+def _load(store: str | None, user: str, session: str, agent: str | None) -> "tuple[str, AgentState]":
+    """The session's agent and state; exits with an error when it is ambiguous or missing."""
+    import typer
+    from rich.console import Console
+
+    try:
+        owner, state = _run(store, lambda s: _find(s, user, session, agent))
+    except ValueError as exc:
+        Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+    if state is None:
+        Console(stderr=True).print(f"[red]no {_whose(session, user, agent)}[/]", highlight=False)
+        raise typer.Exit(1)
+    return owner, state
+
+
+def _list_sessions(store: str | None, user: str, agent: str | None) -> None:
+    """``sessions list``: a table of the user's sessions (of one agent, or of every agent)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    sessions = _run(store, lambda s: s.list_sessions(user, agent=agent))
+    table = Table("agent", "session", "messages", "revision", "updated")
+    for info in sessions:
+        table.add_row(
+            _agent_label(info.agent),
+            info.session_id,
+            str(info.message_count),
+            str(info.revision),
+            _when(info.updated_at),
+        )
+    owner = f" of agent {agent!r}" if agent else ""
+    Console().print(table if sessions else f"no sessions{owner} for user {user!r}")
+
+
+def _show(store: str | None, user: str, session: str, agent: str | None) -> None:
+    """``sessions show``: the conversation, then a line summing up the rest of the state."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    owner, state = _load(store, user, session, agent)
+    console = Console()
+    render_messages(console, state.messages)
+    extras = {k: v for k, v in state.fields_dict().items() if v not in (None, (), [], {}, 0)}
+    summary = escape(json.dumps(extras, default=str)[:2000])
+    console.print(
+        f"[dim]agent {escape(_agent_label(owner))}; revision {state.revision}; {len(state.messages)} messages; "
+        f"{summary}[/]",
+        markup=True,
+    )
+
+
+def _export(store: str | None, user: str, session: str, agent: str | None, output: str | None) -> None:
+    """``sessions export``: the encoded state as JSON, to `output` or stdout."""
+    from agentrt.state.codec import encode_state
+
+    _, state = _load(store, user, session, agent)
+    text = json.dumps(encode_state(state), ensure_ascii=False, indent=2)
+    if output:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def _delete(store: str | None, user: str, session: str, agent: str | None, *, yes: bool) -> None:
+    """``sessions delete``: delete the session once confirmed (unless `yes`); exits 1 when there is none."""
+    import typer
+    from rich.console import Console
+
+    async def work(s: "AgentStateStore") -> tuple[str, bool] | None:
+        owner, state = await _find(s, user, session, agent)
+        if state is None:
+            return None
+        if not yes and not typer.confirm(f"Delete {_whose(session, user, owner)}?"):
+            raise typer.Exit(1)
+        return owner, await s.delete(user, session, agent=owner)
+
+    try:
+        done = _run(store, work)
+    except ValueError as exc:
+        Console(stderr=True).print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+    if done is None or not done[1]:
+        Console().print(f"no {_whose(session, user, agent)}", highlight=False)
+        raise typer.Exit(1)
+    Console().print(f"deleted {_whose(session, user, done[0])}", highlight=False)
+
+
+def _migrate(store: str | None, agent: str, user: str | None, *, all_unprefixed: bool, prefix: str | None) -> None:
+    """``sessions migrate``: move the legacy sessions to `agent` and say how many moved."""
+    import typer
+    from rich.console import Console
+
+    if not agent:
+        Console(stderr=True).print("[red]--agent must name an agent[/]")
+        raise typer.Exit(2)
+
+    async def work(s: "AgentStateStore") -> tuple[int, bool]:
+        mover = getattr(s, "migrate_legacy", None)
+        if mover is None:
+            raise typer.BadParameter(f"{type(s).__name__} cannot migrate sessions")
+        moved = await mover(agent, user_id=user, all_unprefixed=all_unprefixed, prefix=prefix)
+        return moved, bool(getattr(s, "has_legacy_sessions", False))
+
+    moved, left = _run(store, work)
+    plural = "" if moved == 1 else "s"
+    tail = "; sessions without an agent are left" if left else ""
+    Console().print(f"moved {moved} session{plural} to agent {agent!r}{tail}", highlight=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -547,6 +547,11 @@ class _Stream:
     calls: dict[str, _Call] = field(default_factory=dict)
     seen_calls: set[str] = field(default_factory=set)
 
+    @property
+    def top(self) -> bool:
+        """Whether this is the run's own stream (not a subagent's)."""
+        return self.subagent is None
+
 
 class EventTranslator:
     """Turns one agent call's `AgentEvent` stream into AG-UI events.
@@ -619,109 +624,134 @@ class EventTranslator:
             return []
         if self._reply_id is None:
             self._reply_id = event.reply_id
-        top = event.reply_id == self._reply_id
-        stream = self._streams.get(event.reply_id)
-        if stream is None:
-            stream = self._streams[event.reply_id] = _Stream(subagent=None if top else event.reply_id)
+        stream = self._stream(event.reply_id)
         out: list[BaseEvent] = []
+        handler = _handler(type(event))
+        if handler is not None:
+            handler(self, event, stream, out)
+        return out
+
+    def _stream(self, reply_id: str) -> _Stream:
+        """The stream of the call `reply_id`, opened on its first event (a subagent's unless the run's)."""
+        stream = self._streams.get(reply_id)
+        if stream is None:
+            top = reply_id == self._reply_id
+            stream = self._streams[reply_id] = _Stream(subagent=None if top else reply_id)
+        return stream
+
+    def _on_text(self, event: ev.TextDelta, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_reasoning(stream, out)
         sub = stream.subagent
-        if isinstance(event, ev.TextDelta):
-            self._close_reasoning(stream, out)
-            if stream.text != event.block_id:
-                self._close_text(stream, out)
-                stream.text = stream.parent = event.block_id
-                out.append(
-                    TextMessageStartEvent(
-                        message_id=event.block_id, role="assistant", name=event.source or None, subagent_run_id=sub
-                    )
-                )
-            if event.delta:
-                out.append(TextMessageContentEvent(message_id=event.block_id, delta=event.delta, subagent_run_id=sub))
-        elif isinstance(event, ev.ThinkingDelta):
+        if stream.text != event.block_id:
             self._close_text(stream, out)
-            if stream.reasoning != event.block_id:
-                self._close_reasoning(stream, out)
-                stream.reasoning = event.block_id
-                out.append(ReasoningStartEvent(message_id=_span(event.block_id), subagent_run_id=sub))
-                out.append(ReasoningMessageStartEvent(message_id=event.block_id, subagent_run_id=sub))
-            if event.delta:
-                out.append(
-                    ReasoningMessageContentEvent(message_id=event.block_id, delta=event.delta, subagent_run_id=sub)
-                )
-        elif isinstance(event, ev.ToolCallStarted):
-            self._close_text(stream, out)
-            self._close_reasoning(stream, out)
-            self._start_call(stream, event.tool_call_id, event.name, out)
-        elif isinstance(event, ev.ToolCallDelta):
-            call = stream.calls.get(event.tool_call_id)
-            if call is not None and event.delta:
-                call.args += len(event.delta)
-                out.append(ToolCallArgsEvent(tool_call_id=event.tool_call_id, delta=event.delta, subagent_run_id=sub))
-        elif isinstance(event, ev.ModelCallStarted):
-            stream.parent = None
-            stream.step = f"model_call:{event.step}"
-            out.append(StepStartedEvent(step_name=stream.step, subagent_run_id=sub))
-        elif isinstance(event, ev.ModelCallFinished):
-            self._close_text(stream, out)
-            self._close_reasoning(stream, out)
-            for block in event.msg.tool_calls:
-                self._start_call(stream, block.id, block.name, out)
-                call = stream.calls.pop(block.id)
-                if call.args == 0:
-                    # Some providers send a call's arguments whole, never as deltas: send them here.
-                    args = _json.dumps(dict(block.input))
-                    out.append(ToolCallArgsEvent(tool_call_id=block.id, delta=args, subagent_run_id=sub))
-                out.append(ToolCallEndEvent(tool_call_id=block.id, subagent_run_id=sub))
-            self._close_calls(stream, out)
-            if stream.step is not None:
-                out.append(StepFinishedEvent(step_name=stream.step, subagent_run_id=sub))
-                stream.step = None
-        elif isinstance(event, ev.ModelRestarted):
-            # The step starts over: close what it opened (AG-UI cannot retract), the retry reopens.
-            self._close_text(stream, out)
-            self._close_reasoning(stream, out)
-            self._close_calls(stream, out)
-        elif isinstance(event, ev.ToolResult):
-            result = event.result
+            stream.text = stream.parent = event.block_id
             out.append(
-                ToolCallResultEvent(
-                    message_id=f"result-{result.id}",
-                    tool_call_id=result.id,
-                    content=result.text,
-                    role="tool",
-                    subagent_run_id=sub,
-                    metadata={"agentrt": {"state": result.state, "name": result.name, "elapsed": event.elapsed}},
+                TextMessageStartEvent(
+                    message_id=event.block_id, role="assistant", name=event.source or None, subagent_run_id=sub
                 )
             )
-        elif isinstance(event, (ev.RequireUserConfirm, ev.RequireExternalExecution)):
-            if top:
-                self._pause(stream, event, out)
-        elif isinstance(event, ev.Usage):
-            self._add_usage(event)
-            value = {"model": event.model, "source": event.source, **event.usage.to_dict()}
-            out.append(CustomEvent(name=CUSTOM_USAGE, value=value, subagent_run_id=sub))
-        elif isinstance(event, ev.ContextCompressed):
-            value = {"before_tokens": event.before_tokens, "after_tokens": event.after_tokens, "tier": event.tier}
-            out.append(CustomEvent(name=CUSTOM_CONTEXT_COMPRESSED, value=value, subagent_run_id=sub))
-        elif isinstance(event, ev.RunStarted):
-            if not top:
-                out.append(SubagentStartedEvent(subagent_run_id=event.reply_id, name=event.source or "subagent"))
-        elif isinstance(event, ev.RunFinished):
-            self._close_stream(stream, out)
-            reason = event.msg.generate_reason
-            if not top:
-                suspended = reason in (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION)
-                outcome: Any = SubagentFinishedSuspendedOutcome() if suspended else SubagentFinishedSuccessOutcome()
-                out.append(SubagentFinishedEvent(subagent_run_id=event.reply_id, outcome=outcome))
-            elif reason is GenerateReason.INTERRUPTED:
-                self._outcome = RunFinishedCancelledOutcome()
-        elif isinstance(event, ev.RunError):
-            self._close_stream(stream, out)
-            if not top:
-                out.append(
-                    SubagentErrorEvent(subagent_run_id=event.reply_id, message=event.error, code=event.error_type)
-                )
-        return out
+        if event.delta:
+            out.append(TextMessageContentEvent(message_id=event.block_id, delta=event.delta, subagent_run_id=sub))
+
+    def _on_thinking(self, event: ev.ThinkingDelta, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_text(stream, out)
+        sub = stream.subagent
+        if stream.reasoning != event.block_id:
+            self._close_reasoning(stream, out)
+            stream.reasoning = event.block_id
+            out.append(ReasoningStartEvent(message_id=_span(event.block_id), subagent_run_id=sub))
+            out.append(ReasoningMessageStartEvent(message_id=event.block_id, subagent_run_id=sub))
+        if event.delta:
+            out.append(ReasoningMessageContentEvent(message_id=event.block_id, delta=event.delta, subagent_run_id=sub))
+
+    def _on_tool_call_started(self, event: ev.ToolCallStarted, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_text(stream, out)
+        self._close_reasoning(stream, out)
+        self._start_call(stream, event.tool_call_id, event.name, out)
+
+    def _on_tool_call_delta(self, event: ev.ToolCallDelta, stream: _Stream, out: list[BaseEvent]) -> None:
+        call = stream.calls.get(event.tool_call_id)
+        if call is not None and event.delta:
+            call.args += len(event.delta)
+            out.append(
+                ToolCallArgsEvent(tool_call_id=event.tool_call_id, delta=event.delta, subagent_run_id=stream.subagent)
+            )
+
+    def _on_model_call_started(self, event: ev.ModelCallStarted, stream: _Stream, out: list[BaseEvent]) -> None:
+        stream.parent = None
+        stream.step = f"model_call:{event.step}"
+        out.append(StepStartedEvent(step_name=stream.step, subagent_run_id=stream.subagent))
+
+    def _on_model_call_finished(self, event: ev.ModelCallFinished, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_text(stream, out)
+        self._close_reasoning(stream, out)
+        sub = stream.subagent
+        for block in event.msg.tool_calls:
+            self._start_call(stream, block.id, block.name, out)
+            call = stream.calls.pop(block.id)
+            if call.args == 0:
+                # Some providers send a call's arguments whole, never as deltas: send them here.
+                args = _json.dumps(dict(block.input))
+                out.append(ToolCallArgsEvent(tool_call_id=block.id, delta=args, subagent_run_id=sub))
+            out.append(ToolCallEndEvent(tool_call_id=block.id, subagent_run_id=sub))
+        self._close_calls(stream, out)
+        if stream.step is not None:
+            out.append(StepFinishedEvent(step_name=stream.step, subagent_run_id=sub))
+            stream.step = None
+
+    def _on_model_restarted(self, event: ev.ModelRestarted, stream: _Stream, out: list[BaseEvent]) -> None:
+        # The step starts over: close what it opened (AG-UI cannot retract), the retry reopens.
+        self._close_text(stream, out)
+        self._close_reasoning(stream, out)
+        self._close_calls(stream, out)
+
+    def _on_tool_result(self, event: ev.ToolResult, stream: _Stream, out: list[BaseEvent]) -> None:
+        result = event.result
+        out.append(
+            ToolCallResultEvent(
+                message_id=f"result-{result.id}",
+                tool_call_id=result.id,
+                content=result.text,
+                role="tool",
+                subagent_run_id=stream.subagent,
+                metadata={"agentrt": {"state": result.state, "name": result.name, "elapsed": event.elapsed}},
+            )
+        )
+
+    def _on_pause(
+        self, event: ev.RequireUserConfirm | ev.RequireExternalExecution, stream: _Stream, out: list[BaseEvent]
+    ) -> None:
+        # Only the run's own pause ends the AG-UI run with interrupts; a subagent's is not translated.
+        if stream.top:
+            self._pause(stream, event, out)
+
+    def _on_usage(self, event: ev.Usage, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._add_usage(event)
+        value = {"model": event.model, "source": event.source, **event.usage.to_dict()}
+        out.append(CustomEvent(name=CUSTOM_USAGE, value=value, subagent_run_id=stream.subagent))
+
+    def _on_context_compressed(self, event: ev.ContextCompressed, stream: _Stream, out: list[BaseEvent]) -> None:
+        value = {"before_tokens": event.before_tokens, "after_tokens": event.after_tokens, "tier": event.tier}
+        out.append(CustomEvent(name=CUSTOM_CONTEXT_COMPRESSED, value=value, subagent_run_id=stream.subagent))
+
+    def _on_run_started(self, event: ev.RunStarted, stream: _Stream, out: list[BaseEvent]) -> None:
+        if not stream.top:
+            out.append(SubagentStartedEvent(subagent_run_id=event.reply_id, name=event.source or "subagent"))
+
+    def _on_run_finished(self, event: ev.RunFinished, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_stream(stream, out)
+        reason = event.msg.generate_reason
+        if not stream.top:
+            suspended = reason in (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION)
+            outcome: Any = SubagentFinishedSuspendedOutcome() if suspended else SubagentFinishedSuccessOutcome()
+            out.append(SubagentFinishedEvent(subagent_run_id=event.reply_id, outcome=outcome))
+        elif reason is GenerateReason.INTERRUPTED:
+            self._outcome = RunFinishedCancelledOutcome()
+
+    def _on_run_error(self, event: ev.RunError, stream: _Stream, out: list[BaseEvent]) -> None:
+        self._close_stream(stream, out)
+        if not stream.top:
+            out.append(SubagentErrorEvent(subagent_run_id=event.reply_id, message=event.error, code=event.error_type))
 
     # -- helpers -------------------------------------------------------------------------------------
     def _start_call(self, stream: _Stream, call_id: str, name: str, out: list[BaseEvent]) -> None:
@@ -825,6 +855,37 @@ class EventTranslator:
         for stream in self._streams.values():
             self._close_stream(stream, out)
         return out
+
+
+_Handler = Callable[[EventTranslator, Any, _Stream, list[BaseEvent]], None]
+"""Translates one kind of agentrt event: appends the AG-UI events for it to the list."""
+
+_HANDLERS: dict[type[ev.AgentEvent], _Handler] = {
+    ev.TextDelta: EventTranslator._on_text,
+    ev.ThinkingDelta: EventTranslator._on_thinking,
+    ev.ToolCallStarted: EventTranslator._on_tool_call_started,
+    ev.ToolCallDelta: EventTranslator._on_tool_call_delta,
+    ev.ModelCallStarted: EventTranslator._on_model_call_started,
+    ev.ModelCallFinished: EventTranslator._on_model_call_finished,
+    ev.ModelRestarted: EventTranslator._on_model_restarted,
+    ev.ToolResult: EventTranslator._on_tool_result,
+    ev.RequireUserConfirm: EventTranslator._on_pause,
+    ev.RequireExternalExecution: EventTranslator._on_pause,
+    ev.Usage: EventTranslator._on_usage,
+    ev.ContextCompressed: EventTranslator._on_context_compressed,
+    ev.RunStarted: EventTranslator._on_run_started,
+    ev.RunFinished: EventTranslator._on_run_finished,
+    ev.RunError: EventTranslator._on_run_error,
+}
+
+
+def _handler(cls: type[ev.AgentEvent]) -> _Handler | None:
+    """The handler of an event class, or of its nearest base class that has one (subclasses count as it)."""
+    for klass in cls.__mro__:
+        handler = _HANDLERS.get(klass)
+        if handler is not None:
+            return handler
+    return None
 
 
 def _span(block_id: str) -> str:
