@@ -155,6 +155,39 @@ class _Builder:
         return not (self.assignments or self.words or self.redirects)
 
 
+@dataclass(slots=True)
+class _Sequence:
+    """Where `_Parser.sequence` stands in the sequence it is reading."""
+
+    closer: str | None
+    """The character that ends the sequence (``)``), or None for the whole line."""
+    cmd: _Builder = field(default_factory=_Builder)
+    state: str = "start"
+    """``start``: command position; ``words``: inside a simple command; ``closed``: after ``)`` or ``}``."""
+    need: bool = False
+    """An operator (``|``, ``&&``, ``||``), ``!`` or ``{`` needs a command after it."""
+    groups: int = 0
+    """``{`` groups open."""
+    parsed_any: bool = False
+
+
+@dataclass(slots=True)
+class _WordParts:
+    """The parts of a word being read: finished parts and the literal text not yet flushed."""
+
+    parts: list[tuple[str, bool]] = field(default_factory=list)
+    lit: list[str] = field(default_factory=list)
+
+    def flush(self) -> None:
+        if self.lit:
+            self.parts.append(("".join(self.lit), True))
+            self.lit.clear()
+
+    def dynamic(self, text: str) -> None:
+        self.flush()
+        self.parts.append((text, False))
+
+
 class _Parser:
     __slots__ = ("commands", "compound", "data", "group_redirects", "heredocs", "i", "level", "n", "redirects", "s")
 
@@ -189,101 +222,126 @@ class _Parser:
             self.level -= 1
 
     def _sequence(self, closer: str | None) -> None:
-        s = self.s
-        cmd = _Builder()
-        state = "start"  # start: command position; words: inside a simple command; closed: after ) or }
-        need = False  # an operator (| && ||) needs a command after it
-        groups = 0
-        parsed_any = False
+        seq = _Sequence(closer)
         while True:
             self.blanks()
             if self.i >= self.n:
-                self.finish(cmd)
-                if closer is not None:
-                    raise _RefusedError(f"unbalanced {closer!r}")
-                if need:
-                    raise _RefusedError("a command is missing after an operator")
-                if groups:
-                    raise _RefusedError("unclosed '{' group")
+                self.end_of_input(seq)
                 return
-            c = s[self.i]
-            if c == "#":
-                while self.i < self.n and s[self.i] != "\n":
-                    self.i += 1
-                continue
-            if c == "\n":
-                parsed_any |= self.finish(cmd)
-                state = "start"
-                self.i = self.read_heredocs(self.i + 1)
-                continue
-            if c == ")":
-                if closer != ")":
-                    raise _RefusedError("unexpected ')'")
-                parsed_any |= self.finish(cmd)
-                if need or groups:
-                    raise _RefusedError("unbalanced parentheses")
-                if not parsed_any:
-                    raise _RefusedError("empty ( )")
-                self.i += 1
+            if self.s[self.i] == ")":
+                self.close_paren(seq)
                 return
-            if c in "<>" and s.startswith("(", self.i + 1):
-                if state == "closed":
-                    raise _RefusedError("a word after ')' or '}'")
-                word = self.word()
-                self.add_word(cmd, word)
-                state, need = "words", False
-                continue
-            m = _REDIRECT.match(s, self.i)
-            if m is not None:
-                self.redirect(None if state == "closed" else cmd, m)
-                continue
-            if c in ";&|":
-                op = self.operator()
-                if state == "start" and cmd.empty():
-                    raise _RefusedError(f"{op!r} without a command before it")
-                parsed_any |= self.finish(cmd)
-                self.compound = True
-                need = op in ("&&", "||", "|", "|&")
-                state = "start"
-                continue
-            if c == "(":
-                if state != "start" or not cmd.empty():
-                    raise _RefusedError("'(' inside a command (function definitions are not supported)")
-                if s.startswith("((", self.i):
-                    raise _RefusedError("arithmetic (( )) is not supported")
-                self.i += 1
-                self.compound = True
-                self.sequence(")")
-                parsed_any = True
-                state, need = "closed", False
-                continue
-            if state == "closed":
-                raise _RefusedError("a word after ')' or '}'")
-            start = self.i
-            word = self.word()
-            src = s[start : self.i]
-            if state == "start" and cmd.empty():
-                if src == "{":
-                    groups += 1
-                    self.compound = True
-                    need = True
-                    continue
-                if src == "}":
-                    if not groups or need:
-                        raise _RefusedError("unexpected '}'")
-                    groups -= 1
-                    state = "closed"
-                    continue
-                if src == "!":
-                    need = True
-                    continue
-                if src in _COMPOUND_WORDS or src.startswith("(("):
-                    raise _RefusedError(f"compound commands ({src!r}) are not supported")
-            if cmd.start < 0:
-                cmd.start = start
-            self.add_word(cmd, word)
-            cmd.end = self.i
-            state, need = "words", False
+            self.step(seq)
+
+    def step(self, seq: _Sequence) -> None:
+        """Consume one token at the current position (not the end, not ``)``): dispatch on its kind."""
+        s, c = self.s, self.s[self.i]
+        if c == "#":
+            self.comment()
+        elif c == "\n":
+            self.newline(seq)
+        elif c in "<>" and s.startswith("(", self.i + 1):
+            self.leading_substitution(seq)
+        elif (m := _REDIRECT.match(s, self.i)) is not None:
+            self.redirect(None if seq.state == "closed" else seq.cmd, m)
+        elif c in ";&|":
+            self.list_operator(seq)
+        elif c == "(":
+            self.subshell(seq)
+        else:
+            self.command_word(seq)
+
+    def end_of_input(self, seq: _Sequence) -> None:
+        """The line ended: record the last command; refuse what is left open."""
+        self.finish(seq.cmd)
+        if seq.closer is not None:
+            raise _RefusedError(f"unbalanced {seq.closer!r}")
+        if seq.need:
+            raise _RefusedError("a command is missing after an operator")
+        if seq.groups:
+            raise _RefusedError("unclosed '{' group")
+
+    def close_paren(self, seq: _Sequence) -> None:
+        """``)`` closing this sequence (a subshell or substitution); it must hold a complete command."""
+        if seq.closer != ")":
+            raise _RefusedError("unexpected ')'")
+        seq.parsed_any |= self.finish(seq.cmd)
+        if seq.need or seq.groups:
+            raise _RefusedError("unbalanced parentheses")
+        if not seq.parsed_any:
+            raise _RefusedError("empty ( )")
+        self.i += 1
+
+    def comment(self) -> None:
+        """Skip a ``#`` comment up to the end of the line."""
+        end = self.s.find("\n", self.i)
+        self.i = end if end >= 0 else self.n
+
+    def newline(self, seq: _Sequence) -> None:
+        """A newline ends the command (not a pending operator); pending here-document bodies follow it."""
+        seq.parsed_any |= self.finish(seq.cmd)
+        seq.state = "start"
+        self.i = self.read_heredocs(self.i + 1)
+
+    def leading_substitution(self, seq: _Sequence) -> None:
+        """A word starting with ``<(`` or ``>(`` (process substitution), never a reserved word."""
+        if seq.state == "closed":
+            raise _RefusedError("a word after ')' or '}'")
+        self.add_word(seq.cmd, self.word())
+        seq.state, seq.need = "words", False
+
+    def list_operator(self, seq: _Sequence) -> None:
+        """``;``, ``&``, ``&&``, ``||``, ``|``, ``|&``: end the command; all but ``;`` and ``&`` need another."""
+        op = self.operator()
+        if seq.state == "start" and seq.cmd.empty():
+            raise _RefusedError(f"{op!r} without a command before it")
+        seq.parsed_any |= self.finish(seq.cmd)
+        self.compound = True
+        seq.need = op in ("&&", "||", "|", "|&")
+        seq.state = "start"
+
+    def subshell(self, seq: _Sequence) -> None:
+        """``( ... )`` in command position; anywhere else ``(`` would be a function definition."""
+        if seq.state != "start" or not seq.cmd.empty():
+            raise _RefusedError("'(' inside a command (function definitions are not supported)")
+        if self.s.startswith("((", self.i):
+            raise _RefusedError("arithmetic (( )) is not supported")
+        self.i += 1
+        self.compound = True
+        self.sequence(")")
+        seq.parsed_any = True
+        seq.state, seq.need = "closed", False
+
+    def command_word(self, seq: _Sequence) -> None:
+        """A word: a reserved word in command position, else part of the simple command."""
+        if seq.state == "closed":
+            raise _RefusedError("a word after ')' or '}'")
+        start = self.i
+        word = self.word()
+        if seq.state == "start" and seq.cmd.empty() and self.reserved_word(seq, self.s[start : self.i]):
+            return
+        self.add_word(seq.cmd, word)
+        seq.state, seq.need = "words", False
+
+    def reserved_word(self, seq: _Sequence, src: str) -> bool:
+        """Handle ``{``, ``}`` and ``!`` (True when `src` is one); refuse compound command words."""
+        if src == "{":
+            seq.groups += 1
+            self.compound = True
+            seq.need = True
+            return True
+        if src == "}":
+            if not seq.groups or seq.need:
+                raise _RefusedError("unexpected '}'")
+            seq.groups -= 1
+            seq.state = "closed"
+            return True
+        if src == "!":
+            seq.need = True
+            return True
+        if src in _COMPOUND_WORDS or src.startswith("(("):
+            raise _RefusedError(f"compound commands ({src!r}) are not supported")
+        return False
 
     def add_word(self, cmd: _Builder, word: Word) -> None:
         if cmd.start < 0:
@@ -403,56 +461,61 @@ class _Parser:
     def word(self) -> Word:
         s = self.s
         start = self.i
-        parts: list[tuple[str, bool]] = []
-        lit: list[str] = []
-
-        def flush() -> None:
-            if lit:
-                parts.append(("".join(lit), True))
-                lit.clear()
-
-        def dynamic(text: str) -> None:
-            flush()
-            parts.append((text, False))
-
+        out = _WordParts()
         while self.i < self.n:
             c = s[self.i]
             if c in "<>" and s.startswith("(", self.i + 1):
-                begin = self.i
-                self.i += 2
-                self.sequence(")")
-                self.compound = True
-                dynamic(s[begin : self.i])
-                continue
-            if c in _WORD_END:
+                self.process_substitution(out)
+            elif c in _WORD_END:
                 break
-            if c == "\\":
-                if self.i + 1 >= self.n:
-                    raise _RefusedError("a trailing backslash")
-                if s[self.i + 1] != "\n":
-                    lit.append(s[self.i + 1])
-                self.i += 2
-            elif c == "'":
-                end = s.find("'", self.i + 1)
-                if end < 0:
-                    raise _RefusedError("an unterminated single quote")
-                lit.append(s[self.i + 1 : end])
-                self.i = end + 1
-            elif c == '"':
-                self.i += 1
-                self.double_quoted(lit, dynamic, terminator='"')
-            elif c == "$":
-                self.dollar(lit, dynamic, in_quotes=False)
-            elif c == "`":
-                dynamic(self.backtick())
-            elif c in "*?[{}" or (c == "~" and (self.i == start or s[self.i - 1] in "=:")):
-                dynamic(c)
-                self.i += 1
             else:
-                lit.append(c)
-                self.i += 1
-        flush()
-        return Word(parts=tuple(parts), source=s[start : self.i])
+                self.word_char(c, start, out)
+        out.flush()
+        return Word(parts=tuple(out.parts), source=s[start : self.i])
+
+    def word_char(self, c: str, start: int, out: _WordParts) -> None:
+        """Read what starts with `c` inside the word that began at `start`: dispatch on quoting and syntax."""
+        if c == "\\":
+            self.escaped(out.lit)
+        elif c == "'":
+            self.single_quoted(out.lit)
+        elif c == '"':
+            self.i += 1
+            self.double_quoted(out.lit, out.dynamic, terminator='"')
+        elif c == "$":
+            self.dollar(out.lit, out.dynamic, in_quotes=False)
+        elif c == "`":
+            out.dynamic(self.backtick())
+        elif c in "*?[{}" or (c == "~" and (self.i == start or self.s[self.i - 1] in "=:")):
+            out.dynamic(c)
+            self.i += 1
+        else:
+            out.lit.append(c)
+            self.i += 1
+
+    def process_substitution(self, out: _WordParts) -> None:
+        """``<(...)`` or ``>(...)`` inside a word: its commands run, the word gets the dynamic source."""
+        begin = self.i
+        self.i += 2
+        self.sequence(")")
+        self.compound = True
+        out.dynamic(self.s[begin : self.i])
+
+    def escaped(self, lit: list[str]) -> None:
+        """An unquoted backslash: the next character is literal; a backslash-newline is removed."""
+        if self.i + 1 >= self.n:
+            raise _RefusedError("a trailing backslash")
+        if self.s[self.i + 1] != "\n":
+            lit.append(self.s[self.i + 1])
+        self.i += 2
+
+    def single_quoted(self, lit: list[str]) -> None:
+        """``'...'``: all literal."""
+        end = self.s.find("'", self.i + 1)
+        if end < 0:
+            raise _RefusedError("an unterminated single quote")
+        lit.append(self.s[self.i + 1 : end])
+        self.i = end + 1
 
     def double_quoted(self, lit: list[str], dynamic: Callable[[str], None], *, terminator: str | None) -> None:
         """Read double-quoted text (or an unquoted here-document body when `terminator` is None)."""

@@ -85,21 +85,11 @@ class PermissionEngine:
             self.workspace_for(tool),
             literal_tilde=bool(getattr(tool, "workspace", None)),
         )
-        for rule in self._rules(Decision.DENY):
-            if deny_matches(rule, view):
-                return PermissionDecision.deny(f"denied by rule {describe(rule)}")
-        for rule in self._rules(Decision.ASK):
-            if deny_matches(rule, view):
-                return self._ask(tool, call, view, f"rule {describe(rule)} asks for approval")
-        doubt = self._doubt(view)
-        if doubt is not None:
-            return self._ask(tool, call, view, doubt)
+        stopped = self._deny_or_ask(tool, call, view)
+        if stopped is not None:
+            return stopped
         if mode is PermissionMode.BYPASS:
-            # Bypass skips approvals, not a tool's own safety refusals (e.g. protected paths).
-            own = self._tool_check(tool, call, ctx)
-            if own is not None and own.decision is Decision.DENY:
-                return own
-            return PermissionDecision.allow("bypass mode")
+            return self._bypass(tool, call, ctx)
         allowed = allow_covers(self._rules(Decision.ALLOW), view)
         if mode is PermissionMode.EXPLORE and not tool.read_only and not allowed:
             return PermissionDecision.deny(f"explore mode allows only read-only tools; {tool.name!r} is not read-only")
@@ -110,6 +100,33 @@ class PermissionEngine:
             return own
         if allowed:
             return PermissionDecision.allow("allowed by rule")
+        return self._mode_default(tool, call, view, mode)
+
+    def _deny_or_ask(self, tool: ToolTraits, call: ToolUseBlock, view: CallView) -> PermissionDecision | None:
+        """What the deny and ask rules decide, whatever the mode: a matching deny, then ask, then a doubt."""
+        for rule in self._rules(Decision.DENY):
+            if deny_matches(rule, view):
+                return PermissionDecision.deny(f"denied by rule {describe(rule)}")
+        for rule in self._rules(Decision.ASK):
+            if deny_matches(rule, view):
+                return self._ask(tool, call, view, f"rule {describe(rule)} asks for approval")
+        doubt = self._doubt(view)
+        if doubt is not None:
+            return self._ask(tool, call, view, doubt)
+        return None
+
+    def _bypass(self, tool: ToolTraits, call: ToolUseBlock, ctx: RuntimeContext) -> PermissionDecision:
+        """``BYPASS`` mode: allowed, unless the tool's own check denies."""
+        # Bypass skips approvals, not a tool's own safety refusals (e.g. protected paths).
+        own = self._tool_check(tool, call, ctx)
+        if own is not None and own.decision is Decision.DENY:
+            return own
+        return PermissionDecision.allow("bypass mode")
+
+    def _mode_default(
+        self, tool: ToolTraits, call: ToolUseBlock, view: CallView, mode: PermissionMode
+    ) -> PermissionDecision:
+        """The decision when no rule and no tool check had one: the mode's default (see `check`)."""
         if tool.requires_confirmation:
             return self._ask(tool, call, view, f"{tool.name!r} requires confirmation")
         if mode is PermissionMode.ACCEPT_EDITS and getattr(tool, "edit", False) and self._inside_workspace(view):

@@ -594,6 +594,8 @@ def is_read_only_command(command: str, root: str) -> bool:
 
 # -- the allow-lists ------------------------------------------------------------------------------------------
 _Check = Callable[[str], bool]
+_Option = tuple[str, str | None]
+"""An option's name (or ``NUM`` for ``-5``) and its value, if it takes one."""
 _NUMBER = re.compile(r"[+-]?[0-9]+[A-Za-z]{0,3}")
 _SIZE = re.compile(r"[0-9]*[A-Za-z]{0,3}")
 _DIGITS = re.compile(r"[0-9]+")
@@ -838,9 +840,9 @@ _MAX_OPERANDS = 1000
 _MAX_READ_ONLY_CHARS = 10_000
 
 
-def _parse_options(spec: _Spec, args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]] | None:
+def _parse_options(spec: _Spec, args: list[str]) -> tuple[list[_Option], list[str]] | None:
     """``(options, operands)`` as GNU getopt reads `args` (options may follow operands), or None if any is unknown."""
-    options: list[tuple[str, str | None]] = []
+    options: list[_Option] = []
     operands: list[str] = []
     i = 0
     only_operands = False
@@ -853,53 +855,58 @@ def _parse_options(spec: _Spec, args: list[str]) -> tuple[list[tuple[str, str | 
         if word == "--":
             only_operands = True
             continue
-        if word.startswith("--"):
-            name, has_value, value = word[2:].partition("=")
-            if name in spec.long_flags and not has_value:
-                options.append((name, None))
-                continue
-            check = spec.long_optional.get(name)
-            if check is not None and not has_value:
-                options.append((name, None))
-                continue
-            if check is None:
-                check = spec.long_values.get(name)
-            if check is None:
-                return None
-            if not has_value:
-                if i >= len(args):
-                    return None
-                value = args[i]
-                i += 1
-            if not check(value):
-                return None
-            options.append((name, value))
-            continue
-        body = word[1:]
-        if spec.numbers and _DIGITS.fullmatch(body):
-            options.append(("NUM", body))
-            continue
-        j = 0
-        while j < len(body):
-            letter = body[j]
-            j += 1
-            if letter in spec.flags:
-                options.append((letter, None))
-                continue
-            check = spec.short_values.get(letter)
-            if check is None:
-                return None
-            value = body[j:]
-            if not value:
-                if i >= len(args):
-                    return None
-                value = args[i]
-                i += 1
-            if not check(value):
-                return None
-            options.append((letter, value))
-            break
+        read = (
+            _long_option(spec, word[2:], args, i) if word.startswith("--") else _short_options(spec, word[1:], args, i)
+        )
+        if read is None:
+            return None
+        found, i = read
+        options.extend(found)
     return options, operands
+
+
+def _long_option(spec: _Spec, text: str, args: list[str], i: int) -> tuple[list[_Option], int] | None:
+    """The option ``--text`` (its value after ``=`` or in ``args[i]``), the next index; or None if unknown."""
+    name, has_value, value = text.partition("=")
+    optional = spec.long_optional.get(name)
+    if not has_value and (name in spec.long_flags or optional is not None):
+        return [(name, None)], i
+    check = optional if optional is not None else spec.long_values.get(name)
+    if check is None:
+        return None
+    if not has_value:
+        if i >= len(args):
+            return None
+        value = args[i]
+        i += 1
+    if not check(value):
+        return None
+    return [(name, value)], i
+
+
+def _short_options(spec: _Spec, body: str, args: list[str], i: int) -> tuple[list[_Option], int] | None:
+    """The options of ``-body`` (flags, then one whose value is the rest or ``args[i]``), the next index; or None."""
+    if spec.numbers and _DIGITS.fullmatch(body):
+        return [("NUM", body)], i
+    found: list[_Option] = []
+    for j, letter in enumerate(body):
+        if letter in spec.flags:
+            found.append((letter, None))
+            continue
+        check = spec.short_values.get(letter)
+        if check is None:
+            return None
+        value = body[j + 1 :]
+        if not value:
+            if i >= len(args):
+                return None
+            value = args[i]
+            i += 1
+        if not check(value):
+            return None
+        found.append((letter, value))
+        break
+    return found, i
 
 
 def _git_is_read_only(args: list[str], root: str) -> bool:
