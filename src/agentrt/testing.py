@@ -1,8 +1,8 @@
 """Test kit for applications built on agentrt: the scripted model and conformance suites."""
 
-from agentrt.memory._contract import FakeClock, check_long_term_memory
+from agentrt.memory.contract import FakeClock, check_long_term_memory
 from agentrt.model.base import ModelRequest
 from agentrt.model.scripted import ScriptedModel
-from agentrt.state._contract import check_state_store
+from agentrt.state.contract import check_state_store
 
 __all__ = ["FakeClock", "ModelRequest", "ScriptedModel", "check_long_term_memory", "check_state_store"]

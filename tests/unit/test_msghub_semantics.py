@@ -20,6 +20,7 @@ from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, ToolUseBlock, tool
 from agentrt import events as ev
 from agentrt.agent._scopes import SCOPES
 from agentrt.errors import UserError
+from agentrt.message import ToolResultBlock
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.pipeline import MsgHub, fanout, sequential
 from agentrt.state import InMemoryStateStore
@@ -287,7 +288,7 @@ async def test_a_participant_whose_tool_calls_another_does_not_observe_while_its
         return (await alice.call(question)).text  # plain: inside the hub, alice speaks in its ctx
 
     def boss_plan(request: ModelRequest) -> Any:
-        results = request.messages[-1].blocks(ev.ToolResultBlock)
+        results = request.messages[-1].blocks(ToolResultBlock)
         if results:
             return f"alice says {results[0].text}"
         return ToolUseBlock(id="t1", name="ask_alice", input={"question": "status?"})
@@ -316,7 +317,7 @@ async def test_delegation_two_levels_deep_does_not_deadlock() -> None:
             return (await to.call(question)).text
 
         def plan(request: ModelRequest) -> Any:
-            results = request.messages[-1].blocks(ev.ToolResultBlock)
+            results = request.messages[-1].blocks(ToolResultBlock)
             if results:
                 return f"{to.name} says {results[0].text}"
             return ToolUseBlock(id="t1", name=f"ask_{to.name}", input={"question": "status?"})

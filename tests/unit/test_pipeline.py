@@ -12,7 +12,7 @@ from inline_snapshot import snapshot
 from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, ToolUseBlock, tool
 from agentrt import events as ev
 from agentrt.errors import UserError
-from agentrt.message import TokenUsage
+from agentrt.message import TextBlock, TokenUsage, ToolResultBlock
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.permission import ConfirmResult
 from agentrt.pipeline import Composite, MsgHub, RouteSelected, fanout, handoff, loop, route, sequential
@@ -96,7 +96,7 @@ async def test_sequential_shared_session_puts_every_member_in_the_callers_sessio
 
 async def test_sequential_stops_at_a_paused_member_and_the_answer_resumes_the_rest() -> None:
     def plan(request: ModelRequest) -> Any:
-        if any(m.role == "user" and m.blocks(ev.ToolResultBlock) for m in request.messages[-1:]):
+        if any(m.role == "user" and m.blocks(ToolResultBlock) for m in request.messages[-1:]):
             return "cleaned"
         return ToolUseBlock(id="w1", name="wipe", input={"path": "/tmp/x"})
 
@@ -430,7 +430,7 @@ async def test_msghub_stream_events_shares_the_reply_at_the_end(collect: Any) ->
 
 
 def test_handoff_drops_tool_calls_and_thinking() -> None:
-    reply = Msg(role="assistant", content=[ToolUseBlock(id="t", name="x"), ev.TextBlock(text="done")], name="a")
+    reply = Msg(role="assistant", content=[ToolUseBlock(id="t", name="x"), TextBlock(text="done")], name="a")
     passed = handoff(reply, label=True)
     assert (passed.role, passed.name, passed.text) == ("user", "a", "a: done")
     assert passed.tool_calls == []
@@ -510,7 +510,7 @@ async def test_composite_as_a_tool_of_a_parent_agent(collect: Any) -> None:
     pipe = sequential([a, b], name="team", description="A two-step team.")
 
     def boss_plan(request: ModelRequest) -> Any:
-        results = [blk for m in request.messages for blk in m.blocks(ev.ToolResultBlock)]
+        results = [blk for m in request.messages for blk in m.blocks(ToolResultBlock)]
         if results:
             return f"team said {results[-1].output}"
         return ToolUseBlock(id="t1", name="team", input={"task": "work"})
@@ -547,7 +547,7 @@ def test_bad_arguments_are_user_errors() -> None:
 # -- pauses in route, loop and fanout -----------------------------------------------------------------------
 def wiper(name: str) -> ReActAgent:
     def plan(request: ModelRequest) -> Any:
-        if request.messages[-1].blocks(ev.ToolResultBlock):
+        if request.messages[-1].blocks(ToolResultBlock):
             return f"{name} wiped"
         return ToolUseBlock(id=f"{name}-w", name="wipe", input={"path": "/tmp/x"})
 
@@ -600,7 +600,7 @@ async def test_a_participant_delegating_to_a_pipeline_of_participants_does_not_d
     team = sequential([alice], name="team", shared_session=True)
 
     def boss_plan(request: ModelRequest) -> Any:
-        done = request.messages[-1].blocks(ev.ToolResultBlock)
+        done = request.messages[-1].blocks(ToolResultBlock)
         if done:
             return f"boss: {done[0].text}"
         return ToolUseBlock(id="t", name="team", input={"task": "report"})

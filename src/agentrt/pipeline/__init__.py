@@ -11,9 +11,9 @@ Composites have the agent surface (`call`, `stream_events`, `call_sync`, `observ
 the caller's (``<session>/<member name>``).
 """
 
-from ._base import AgentLike, Composite, combine, handoff, is_paused, is_stopped
-from ._composites import FanOut, Loop, Router, RouteSelected, Sequential, fanout, loop, route, sequential
-from ._hub import MsgHub
+from .base import AgentLike, Composite, combine, handoff, is_paused, is_stopped
+from .composites import FanOut, Loop, Router, RouteSelected, Sequential, fanout, loop, route, sequential
+from .hub import MsgHub
 
 __all__ = [
     "AgentLike",

@@ -16,9 +16,9 @@ It never raises: what it cannot read comes back in `ReactParse.error`, and the w
 model with a short correction.
 """
 
-from agentrt.model.text_protocol._model import TextProtocolModel, ToolCallingMode, ensure_tool_calling
 from agentrt.model.text_protocol._parser import ReactParse, parse_react
 from agentrt.model.text_protocol._prompt import render_tool_prompt
+from agentrt.model.text_protocol.model import TextProtocolModel, ToolCallingMode, ensure_tool_calling
 
 __all__ = [
     "ReactParse",

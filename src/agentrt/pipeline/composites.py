@@ -15,7 +15,7 @@ from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import META_STRUCTURED, Msg, TextBlock
 
-from ._base import (
+from .base import (
     AgentInput,
     AgentLike,
     CallState,
@@ -34,7 +34,7 @@ from ._base import (
     member_paused,
     to_input,
 )
-from ._hub import heard
+from .hub import heard
 
 __all__ = [
     "FanOut",

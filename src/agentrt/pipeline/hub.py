@@ -15,7 +15,7 @@ from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import Msg
 
-from ._base import (
+from .base import (
     AgentInput,
     AgentLike,
     Composite,
