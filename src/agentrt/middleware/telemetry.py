@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
-from agentrt.message import Msg, ToolResultBlock, ToolUseBlock
+from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.middleware.base import Middleware
-from agentrt.model.base import ModelRequest
+from agentrt.model.base import GenerateOptions, ModelRequest
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
+    from opentelemetry.trace import Span, TracerProvider
     from prometheus_client import CollectorRegistry
 
     from agentrt.agent._run import Run
@@ -185,17 +185,7 @@ class TracingMiddleware(Middleware):
             t.GEN_AI_CONVERSATION_ID: run.session_id,
             "agentrt.step": run.step,
         }
-        options = request.options
-        if options.temperature is not None:
-            attributes[t.GEN_AI_REQUEST_TEMPERATURE] = options.temperature
-        if options.top_p is not None:
-            attributes[t.GEN_AI_REQUEST_TOP_P] = options.top_p
-        if options.max_tokens is not None:
-            attributes[t.GEN_AI_REQUEST_MAX_TOKENS] = options.max_tokens
-        if options.seed is not None:
-            attributes[t.GEN_AI_REQUEST_SEED] = options.seed
-        if options.stop:
-            attributes[t.GEN_AI_REQUEST_STOP_SEQUENCES] = list(options.stop)
+        self._add_request_options(attributes, request.options)
         with self.tracer.start_as_current_span(
             f"chat {model}",
             kind=SpanKind.CLIENT,
@@ -229,17 +219,36 @@ class TracingMiddleware(Middleware):
                 span.set_attribute(t.GEN_AI_RESPONSE_FINISH_REASONS, [str(finish)])
             usage = msg.usage
             if usage is not None:
-                span.set_attribute(t.GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens)
-                span.set_attribute(t.GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens)
-                if usage.cache_read_tokens:
-                    span.set_attribute(t.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cache_read_tokens)
-                if usage.cache_write_tokens:
-                    span.set_attribute(t.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, usage.cache_write_tokens)
+                self._set_usage(span, usage)
             if self.capture_content:
                 span.set_attribute(
                     t.GEN_AI_OUTPUT_MESSAGES, t.messages_attribute([msg], finish_reason=str(finish or "stop"))
                 )
             return msg
+
+    def _add_request_options(self, attributes: dict[str, Any], options: GenerateOptions) -> None:
+        """The ``gen_ai.request.*`` attributes of the options a model call sets."""
+        t = self._t
+        if options.temperature is not None:
+            attributes[t.GEN_AI_REQUEST_TEMPERATURE] = options.temperature
+        if options.top_p is not None:
+            attributes[t.GEN_AI_REQUEST_TOP_P] = options.top_p
+        if options.max_tokens is not None:
+            attributes[t.GEN_AI_REQUEST_MAX_TOKENS] = options.max_tokens
+        if options.seed is not None:
+            attributes[t.GEN_AI_REQUEST_SEED] = options.seed
+        if options.stop:
+            attributes[t.GEN_AI_REQUEST_STOP_SEQUENCES] = list(options.stop)
+
+    def _set_usage(self, span: Span, usage: TokenUsage) -> None:
+        """A model call's token counts (cache counts only when there are any)."""
+        t = self._t
+        span.set_attribute(t.GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens)
+        span.set_attribute(t.GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens)
+        if usage.cache_read_tokens:
+            span.set_attribute(t.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, usage.cache_read_tokens)
+        if usage.cache_write_tokens:
+            span.set_attribute(t.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, usage.cache_write_tokens)
 
     async def on_acting(
         self, run: Run, call: ToolUseBlock, next: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]

@@ -130,9 +130,7 @@ class ReplyAccumulator:
         self.chunks += 1
         listener = self._listener
         if chunk.restart is not None:
-            self.reset()
-            if listener is not None:
-                listener.on_restart(chunk.restart)
+            self._restart(chunk.restart)
         if chunk.thinking or chunk.thinking_signature:
             idx = self._think_open
             if idx < 0:
@@ -155,15 +153,25 @@ class ReplyAccumulator:
         for call in chunk.tool_calls:
             self._add_call(call)
         for block in chunk.blocks:
-            if not isinstance(block, _CONTENT_TYPES):
-                raise ModelBehaviorError(f"model stream yielded a {type(block).__name__!r} block, not a content block")
-            idx = self._new_block("extra")
-            self.blocks_extra[idx] = block
-            self._text_open = self._think_open = -1
+            self._add_block(block)
         if chunk.usage is not None:
             self.usage = chunk.usage if self.usage is None else _merge_usage(self.usage, chunk.usage)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
+
+    def _restart(self, reason: str) -> None:
+        """The stream starts over: drop the reply so far and tell the listener why."""
+        self.reset()
+        if self._listener is not None:
+            self._listener.on_restart(reason)
+
+    def _add_block(self, block: ContentBlock) -> None:
+        """A complete non-text block (e.g. a generated image) becomes a block of its own."""
+        if not isinstance(block, _CONTENT_TYPES):
+            raise ModelBehaviorError(f"model stream yielded a {type(block).__name__!r} block, not a content block")
+        idx = self._new_block("extra")
+        self.blocks_extra[idx] = block
+        self._text_open = self._think_open = -1
 
     def _add_call(self, chunk: ToolCallChunk) -> None:
         if not isinstance(chunk, ToolCallChunk):

@@ -247,11 +247,7 @@ class RetryModel(_Wrapper):
                 next_chunk = inner.__anext__
                 while True:
                     if end is not None:
-                        left = end - loop.time()
-                        if left <= 0:
-                            raise self._timeout_error(_TOTAL)
-                        if limit is None or left < limit:
-                            limit, phase = left, _TOTAL
+                        limit, phase = self._within_total(end - loop.time(), limit, phase)
                     if limit is not None:
                         watch.arm(limit)
                     try:
@@ -274,23 +270,36 @@ class RetryModel(_Wrapper):
                 if attempt >= self.max_retries or not is_retryable(exc) or (yielded and not self.restart_midstream):
                     raise
                 attempt += 1
-                wait = self.delay(attempt, exc)
-                logger.warning(
-                    "model %s failed (%s: %s); retry %d of %d in %.2f s",
-                    self._inner.id,
-                    type(exc).__name__,
-                    exc,
-                    attempt,
-                    self.max_retries,
-                    wait,
-                )
-                if yielded:
-                    restart = f"{self._inner.id} failed mid-stream ({type(exc).__name__}: {exc}); retrying"
+                wait, restart = self._plan_retry(attempt, exc, yielded)
             finally:
                 if watch is not None:
                     watch.close()
                 await _aclose(inner)
             await _sleep(wait)
+
+    def _within_total(self, left: float, limit: float | None, phase: int) -> tuple[float | None, int]:
+        """The next wait's limit and phase once the whole reply's deadline, `left` seconds away, counts."""
+        if left <= 0:
+            raise self._timeout_error(_TOTAL)
+        if limit is None or left < limit:
+            return left, _TOTAL
+        return limit, phase
+
+    def _plan_retry(self, attempt: int, exc: ModelError, yielded: bool) -> tuple[float, str | None]:
+        """Log the failure; the wait before retry `attempt`, and the restart reason if chunks went out."""
+        wait = self.delay(attempt, exc)
+        logger.warning(
+            "model %s failed (%s: %s); retry %d of %d in %.2f s",
+            self._inner.id,
+            type(exc).__name__,
+            exc,
+            attempt,
+            self.max_retries,
+            wait,
+        )
+        if not yielded:
+            return wait, None
+        return wait, f"{self._inner.id} failed mid-stream ({type(exc).__name__}: {exc}); retrying"
 
     def _timeout_error(self, phase: int) -> ModelTimeoutError:
         if phase == _FIRST:

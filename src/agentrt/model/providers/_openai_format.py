@@ -389,21 +389,25 @@ class ChatCompletionsFormat:
             if stream_usage:
                 body["stream_options"] = {"include_usage": True}
         if options.extra:
-            own = self.provider + "_"
-            for key, value in options.extra.items():
-                if key.startswith("openai_"):
-                    key = key[7:]
-                elif key.startswith(own):
-                    key = key[len(own) :]
-                else:
-                    continue
-                if value is None:
-                    body.pop(key, None)
-                else:
-                    body[key] = value
-            if body.get("stream") is not True:
-                body.pop("stream_options", None)
+            self._apply_extra(body, options.extra)
         return body
+
+    def _apply_extra(self, body: dict[str, Any], extra: Mapping[str, Any]) -> None:
+        """Set (or, for None, remove) the body keys named by ``openai_X`` / ``<provider>_X`` extras."""
+        own = self.provider + "_"
+        for key, value in extra.items():
+            if key.startswith("openai_"):
+                key = key[7:]
+            elif key.startswith(own):
+                key = key[len(own) :]
+            else:
+                continue
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
+        if body.get("stream") is not True:
+            body.pop("stream_options", None)
 
 
 def _current_turn_start(messages: Sequence[Msg]) -> int:
@@ -704,59 +708,87 @@ def parse_chunk(obj: Mapping[str, Any], state: StreamState | None = None) -> Cha
     `state` is the reply's `StreamState` (one per stream); without it the chunk is read on its own
     (tool calls keep the ``index`` the server gave them). This runs for every chunk of every reply:
     the common chunks (a text or reasoning piece) return early, and the rarer shapes cost one
-    set-disjointness test together.
+    set-disjointness test together (then `_general_chunk` reads them).
     """
-    text = thinking = ""
-    calls: tuple[ToolCallChunk, ...] = ()
-    signature: str | None = None
-    blocks: tuple[ContentBlock, ...] = ()
-    reason = None
     usage = obj.get("usage")
     choices = obj.get("choices")
-    if choices:
-        choice = choices[0]
-        if not choice.get("index"):  # 0, or missing: the choices of n > 1 beyond the first are ignored
-            reason = choice.get("finish_reason")
-            delta = choice.get("delta")
-            if delta is None:
-                delta = choice.get("message")  # a proxy sending whole messages as chunks
-            if delta:
-                content = delta.get("content")
-                if len(delta) == 1 and type(content) is str:  # {"content": "..."}: most chunks
-                    if not (reason or usage):
-                        return ChatResponse(text=content, raw=obj) if content else None
-                    text = content
-                else:
-                    if state is None:
-                        state = _LoneChunk()
-                    if content:
-                        if type(content) is str:
-                            text = content
-                        else:  # a list of parts
-                            text, thinking, signature, blocks = _content_parts(content, state)
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    if reasoning:
-                        if type(reasoning) is not str:
-                            reasoning = _plain_text(reasoning)
-                        thinking = reasoning + thinking if thinking else reasoning
-                    if not _RARE_DELTA_KEYS.isdisjoint(delta):  # one C-level pass instead of four lookups
-                        if not text and delta.get("refusal"):
-                            text = _refusal(delta["refusal"], state)
-                        tool_calls = delta.get("tool_calls")
-                        if tool_calls:
-                            calls = _stream_calls(tool_calls, state)
-                        elif delta.get("function_call"):  # the legacy functions API
-                            calls = _stream_calls({"function": delta["function_call"]}, state)
-                        if delta.get("images"):
-                            blocks += _images(delta["images"])
-                    elif not (reason or usage or signature or blocks):  # a text or reasoning piece
-                        if thinking:
-                            return ChatResponse(text=text, thinking=thinking, raw=obj)
-                        return ChatResponse(text=text, raw=obj) if text else None
-            if reason:
-                reason = (_LoneChunk() if state is None else state).finish(reason)
-                if not usage:
-                    usage = _choice_usage(obj, choice)
+    if not choices:
+        return _usage_chunk(obj, usage)
+    choice = choices[0]
+    if choice.get("index"):  # the choices of n > 1 beyond the first are ignored
+        return _usage_chunk(obj, usage)
+    reason = choice.get("finish_reason")
+    delta = choice.get("delta")
+    if delta is None:
+        delta = choice.get("message")  # a proxy sending whole messages as chunks
+    if not delta:
+        return _general_chunk(obj, choice, delta, state, reason, usage)
+    content = delta.get("content")
+    if len(delta) == 1 and type(content) is str:  # {"content": "..."}: most chunks
+        if not (reason or usage):
+            return ChatResponse(text=content, raw=obj) if content else None
+        return _general_chunk(obj, choice, delta, state, reason, usage, content)
+    if state is None:
+        state = _LoneChunk()
+    text = thinking = ""
+    signature: str | None = None
+    blocks: tuple[ContentBlock, ...] = ()
+    if content:
+        if type(content) is str:
+            text = content
+        else:  # a list of parts
+            text, thinking, signature, blocks = _content_parts(content, state)
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if reasoning:
+        if type(reasoning) is not str:
+            reasoning = _plain_text(reasoning)
+        thinking = reasoning + thinking if thinking else reasoning
+    if _RARE_DELTA_KEYS.isdisjoint(delta) and not (reason or usage or signature or blocks):
+        # a text or reasoning piece (the disjointness test is one C-level pass instead of four lookups)
+        if thinking:
+            return ChatResponse(text=text, thinking=thinking, raw=obj)
+        return ChatResponse(text=text, raw=obj) if text else None
+    return _general_chunk(obj, choice, delta, state, reason, usage, text, thinking, signature, blocks)
+
+
+def _usage_chunk(obj: Mapping[str, Any], usage: Any) -> ChatResponse | None:
+    """A chunk without the first choice (no choices, or another of n > 1): only its usage counts."""
+    return ChatResponse(usage=parse_usage(usage), raw=obj) if usage else None
+
+
+def _general_chunk(
+    obj: Mapping[str, Any],
+    choice: Mapping[str, Any],
+    delta: Any,
+    state: StreamState | None,
+    reason: Any,
+    usage: Any,
+    text: str = "",
+    thinking: str = "",
+    signature: str | None = None,
+    blocks: tuple[ContentBlock, ...] = (),
+) -> ChatResponse | None:
+    """Any chunk but a text or reasoning piece: the rare delta keys, then the finish reason and usage.
+
+    `text`, `thinking`, `signature` and `blocks` are what `parse_chunk` already read from the delta.
+    """
+    if state is None:
+        state = _LoneChunk()
+    calls: tuple[ToolCallChunk, ...] = ()
+    if delta and not _RARE_DELTA_KEYS.isdisjoint(delta):
+        if not text and delta.get("refusal"):
+            text = _refusal(delta["refusal"], state)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            calls = _stream_calls(tool_calls, state)
+        elif delta.get("function_call"):  # the legacy functions API
+            calls = _stream_calls({"function": delta["function_call"]}, state)
+        if delta.get("images"):
+            blocks += _images(delta["images"])
+    if reason:
+        reason = state.finish(reason)
+        if not usage:
+            usage = _choice_usage(obj, choice)
     if not (text or thinking or signature or calls or blocks or reason or usage):
         return None
     return ChatResponse(

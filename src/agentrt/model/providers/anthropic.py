@@ -301,93 +301,31 @@ class AnthropicChatModel(ChatModel):
         if timeout is not None:
             call["timeout"] = timeout
         model = self.model_name
-        input_tokens = cache_read = cache_write = 0
+        reader = _EventReader()
         try:
-            client = await self._client()
-            try:
-                stream = await client.messages.create(**call)
-            except TypeError as exc:
-                # The SDK raises TypeError when it finds no credentials at all.
-                if "authentication" in str(exc).lower() or "api_key" in str(exc):
-                    raise AuthenticationError(
-                        f"no Anthropic credentials for model {model!r}: pass api_key=... or set ANTHROPIC_API_KEY "
-                        f"({exc})",
-                        model=model,
-                    ) from exc
-                raise
+            stream = await self._open_stream(call)
             async with stream:
                 async for event in stream:
-                    kind = event.type
-                    if kind == "content_block_delta":
-                        delta = event.delta
-                        dtype = delta.type
-                        if dtype == "text_delta":
-                            yield ChatResponse(text=delta.text, raw=event)
-                        elif dtype == "input_json_delta":
-                            if delta.partial_json:
-                                yield ChatResponse(
-                                    tool_calls=(ToolCallChunk(index=event.index, arguments=delta.partial_json),),
-                                    raw=event,
-                                )
-                        elif dtype == "thinking_delta":
-                            yield ChatResponse(thinking=delta.thinking, raw=event)
-                        elif dtype == "signature_delta":
-                            yield ChatResponse(thinking_signature=delta.signature, raw=event)
-                    elif kind == "content_block_start":
-                        block = event.content_block
-                        btype = block.type
-                        if btype == "tool_use":
-                            yield ChatResponse(
-                                tool_calls=(
-                                    ToolCallChunk(
-                                        index=event.index,
-                                        id=block.id,
-                                        name=block.name,
-                                        input=cast("dict[str, Any]", block.input) if block.input else None,
-                                    ),
-                                ),
-                                raw=event,
-                            )
-                        elif btype == "text":
-                            if block.text:
-                                yield ChatResponse(text=block.text, raw=event)
-                        elif btype == "thinking":
-                            signature = getattr(block, "signature", None) or None
-                            if block.thinking or signature:
-                                yield ChatResponse(thinking=block.thinking, thinking_signature=signature, raw=event)
-                        elif btype == "redacted_thinking":
-                            yield ChatResponse(
-                                blocks=(ThinkingBlock(thinking="", metadata={META_REDACTED: block.data}),), raw=event
-                            )
-                    elif kind == "message_start":
-                        usage = event.message.usage
-                        input_tokens = usage.input_tokens or 0
-                        # getattr: fields older SDK versions do not declare.
-                        cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
-                        cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
-                    elif kind == "message_delta":
-                        du = event.usage
-                        # Cumulative counts; newer API versions repeat the input side here.
-                        input_tokens = max(input_tokens, getattr(du, "input_tokens", None) or 0)
-                        cache_read = max(cache_read, getattr(du, "cache_read_input_tokens", None) or 0)
-                        cache_write = max(cache_write, getattr(du, "cache_creation_input_tokens", None) or 0)
-                        details = getattr(du, "output_tokens_details", None)
-                        reasoning = getattr(details, "thinking_tokens", None) or 0
-                        stop_reason = event.delta.stop_reason
-                        yield ChatResponse(
-                            usage=TokenUsage(
-                                # The API counts cached prompt tokens apart; agentrt's input_tokens is the whole prompt.
-                                input_tokens=input_tokens + cache_read + cache_write,
-                                output_tokens=du.output_tokens or 0,
-                                cache_read_tokens=cache_read,
-                                cache_write_tokens=cache_write,
-                                reasoning_tokens=reasoning,
-                            ),
-                            finish_reason=_FINISH.get(stop_reason, "stop") if stop_reason is not None else None,
-                            raw=event,
-                        )
+                    chunk = reader.read(event)
+                    if chunk is not None:
+                        yield chunk
         except _STREAM_ERRORS as exc:
             raise _map_error(exc, model) from exc
+
+    async def _open_stream(self, call: dict[str, Any]) -> Any:
+        """Start the streamed request (the SDK's event stream)."""
+        client = await self._client()
+        try:
+            return await client.messages.create(**call)
+        except TypeError as exc:
+            # The SDK raises TypeError when it finds no credentials at all.
+            if "authentication" in str(exc).lower() or "api_key" in str(exc):
+                raise AuthenticationError(
+                    f"no Anthropic credentials for model {self.model_name!r}: pass api_key=... or set "
+                    f"ANTHROPIC_API_KEY ({exc})",
+                    model=self.model_name,
+                ) from exc
+            raise
 
     def __repr__(self) -> str:
         return f"AnthropicChatModel({self.model_name!r})"
@@ -395,6 +333,106 @@ class AnthropicChatModel(ChatModel):
 
 async def _close_client(client: anthropic.AsyncAnthropic) -> None:
     await client.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# streaming: SDK events -> ChatResponse
+# --------------------------------------------------------------------------------------------------
+class _EventReader:
+    """Turns the SDK's stream events into chunks, one reader per reply.
+
+    The prompt-side usage comes in ``message_start``; ``message_delta`` carries cumulative counts
+    (newer API versions repeat the input side there), so the reader keeps the largest seen. Events
+    are typed Any: their classes differ across the SDK versions supported (hence the getattr calls).
+    """
+
+    __slots__ = ("cache_read", "cache_write", "input_tokens")
+
+    def __init__(self) -> None:
+        self.input_tokens = self.cache_read = self.cache_write = 0
+
+    def read(self, event: Any) -> ChatResponse | None:
+        """The chunk for one event, or None for an event that carries nothing to yield."""
+        kind = event.type
+        if kind == "content_block_delta":
+            return _block_delta(event)
+        if kind == "content_block_start":
+            return _block_start(event)
+        if kind == "message_start":
+            self._message_start(event)
+        elif kind == "message_delta":
+            return self._message_delta(event)
+        return None
+
+    def _message_start(self, event: Any) -> None:
+        usage = event.message.usage
+        self.input_tokens = usage.input_tokens or 0
+        # getattr: fields older SDK versions do not declare.
+        self.cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
+        self.cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+
+    def _message_delta(self, event: Any) -> ChatResponse:
+        du = event.usage
+        # Cumulative counts; newer API versions repeat the input side here.
+        input_tokens = self.input_tokens = max(self.input_tokens, getattr(du, "input_tokens", None) or 0)
+        cache_read = self.cache_read = max(self.cache_read, getattr(du, "cache_read_input_tokens", None) or 0)
+        cache_write = self.cache_write = max(self.cache_write, getattr(du, "cache_creation_input_tokens", None) or 0)
+        details = getattr(du, "output_tokens_details", None)
+        reasoning = getattr(details, "thinking_tokens", None) or 0
+        stop_reason = event.delta.stop_reason
+        return ChatResponse(
+            usage=TokenUsage(
+                # The API counts cached prompt tokens apart; agentrt's input_tokens is the whole prompt.
+                input_tokens=input_tokens + cache_read + cache_write,
+                output_tokens=du.output_tokens or 0,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+                reasoning_tokens=reasoning,
+            ),
+            finish_reason=_FINISH.get(stop_reason, "stop") if stop_reason is not None else None,
+            raw=event,
+        )
+
+
+def _block_delta(event: Any) -> ChatResponse | None:
+    """A ``content_block_delta``: a piece of text, tool arguments, thinking or its signature."""
+    delta = event.delta
+    dtype = delta.type
+    if dtype == "text_delta":
+        return ChatResponse(text=delta.text, raw=event)
+    if dtype == "input_json_delta":
+        if not delta.partial_json:
+            return None
+        return ChatResponse(tool_calls=(ToolCallChunk(index=event.index, arguments=delta.partial_json),), raw=event)
+    if dtype == "thinking_delta":
+        return ChatResponse(thinking=delta.thinking, raw=event)
+    if dtype == "signature_delta":
+        return ChatResponse(thinking_signature=delta.signature, raw=event)
+    return None
+
+
+def _block_start(event: Any) -> ChatResponse | None:
+    """A ``content_block_start``: a tool call begins, or a block that opens with content."""
+    block = event.content_block
+    btype = block.type
+    if btype == "tool_use":
+        call = ToolCallChunk(
+            index=event.index,
+            id=block.id,
+            name=block.name,
+            input=cast("dict[str, Any]", block.input) if block.input else None,
+        )
+        return ChatResponse(tool_calls=(call,), raw=event)
+    if btype == "text":
+        return ChatResponse(text=block.text, raw=event) if block.text else None
+    if btype == "thinking":
+        signature = getattr(block, "signature", None) or None
+        if block.thinking or signature:
+            return ChatResponse(thinking=block.thinking, thinking_signature=signature, raw=event)
+        return None
+    if btype == "redacted_thinking":
+        return ChatResponse(blocks=(ThinkingBlock(thinking="", metadata={META_REDACTED: block.data}),), raw=event)
+    return None
 
 
 # --------------------------------------------------------------------------------------------------

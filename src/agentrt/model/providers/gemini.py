@@ -286,16 +286,7 @@ class GeminiChatModel(ChatModel):
             )
         if opts.timeout is not None:
             config["http_options"] = types.HttpOptions(timeout=max(1, int(opts.timeout * 1000)))
-        for key, value in opts.extra.items():
-            if not key.startswith(_EXTRA_PREFIX):
-                continue
-            name = key[len(_EXTRA_PREFIX) :]
-            if name not in _CONFIG_FIELDS:
-                raise UserError(
-                    f"unknown Gemini option {key!r}: after the 'gemini_' prefix it must name a field of "
-                    "google.genai.types.GenerateContentConfig (e.g. 'gemini_top_k', 'gemini_safety_settings')"
-                )
-            config[name] = value
+        config.update(_extra_config(opts.extra))
         try:
             return contents, types.GenerateContentConfig(**config)
         except pydantic.ValidationError as exc:
@@ -639,6 +630,22 @@ def _media_part(block: ImageBlock | AudioBlock | VideoBlock) -> types.Part:
     if mime is None:
         mime = {"image": "image/jpeg", "audio": "audio/mpeg", "video": "video/mp4"}[block.type]
     return types.Part(file_data=types.FileData(file_uri=source, mime_type=mime))
+
+
+def _extra_config(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The config fields set by ``gemini_X`` extras (``X`` must be a `GenerateContentConfig` field)."""
+    config: dict[str, Any] = {}
+    for key, value in extra.items():
+        if not key.startswith(_EXTRA_PREFIX):
+            continue
+        name = key[len(_EXTRA_PREFIX) :]
+        if name not in _CONFIG_FIELDS:
+            raise UserError(
+                f"unknown Gemini option {key!r}: after the 'gemini_' prefix it must name a field of "
+                "google.genai.types.GenerateContentConfig (e.g. 'gemini_top_k', 'gemini_safety_settings')"
+            )
+        config[name] = value
+    return config
 
 
 def _tool_config(choice: str | Mapping[str, Any] | None) -> types.ToolConfig | None:

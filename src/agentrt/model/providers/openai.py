@@ -24,6 +24,7 @@ from yarl import URL
 
 from agentrt._json import dumps_bytes
 from agentrt.errors import (
+    AgentrtError,
     ModelAPIError,
     ModelBehaviorError,
     ModelConnectionError,
@@ -244,17 +245,12 @@ class OpenAIChatModel(ChatModel):
         self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
     ) -> AsyncIterator[ChatResponse]:
         """Stream the reply: text, reasoning and tool-call deltas, then finish reason and usage."""
-        if options is None:
-            options = self.options
-        elif self.options is not DEFAULT_OPTIONS:
-            options = self.options.merge(options)
+        options = self._call_options(options)
         body = self.format.body(
             self.model_name, messages, tools, options, stream=self.stream_by_default, stream_usage=self.stream_usage
         )
         streaming = body.get("stream") is True
-        timeout = self._client_timeout
-        if options.timeout is not None:
-            timeout = aiohttp.ClientTimeout(total=options.timeout, sock_connect=self.connect_timeout)
+        timeout = self._request_timeout(options)
         session = self._lease.get() or await self._lease.acquire()
         try:
             async with session.post(
@@ -263,16 +259,7 @@ class OpenAIChatModel(ChatModel):
                 headers=self._stream_headers if streaming else self._headers,
                 timeout=timeout,
             ) as resp:
-                if resp.status >= 400:
-                    raise api_error(
-                        provider=self.provider,
-                        model=self.model_name,
-                        status=resp.status,
-                        headers=resp.headers,
-                        raw=await resp.read(),
-                        api_key=self.api_key,
-                        key_env=self.api_key_env,
-                    )
+                await self._raise_for_status(resp)
                 reads: AsyncIterator[bytes]
                 if streaming and resp.content_type == _EVENT_STREAM:
                     reads = resp.content.iter_any()
@@ -312,22 +299,53 @@ class OpenAIChatModel(ChatModel):
                     )
         except ModelError:
             raise
-        except TimeoutError as exc:  # aiohttp's ServerTimeoutError and ConnectionTimeoutError included
-            raise ModelTimeoutError(
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            raise self._transport_error(exc) from exc
+
+    async def _raise_for_status(self, resp: aiohttp.ClientResponse) -> None:
+        """Raise the typed error for an HTTP error response (the key never shows in its message)."""
+        if resp.status >= 400:
+            raise api_error(
+                provider=self.provider,
+                model=self.model_name,
+                status=resp.status,
+                headers=resp.headers,
+                raw=await resp.read(),
+                api_key=self.api_key,
+                key_env=self.api_key_env,
+            )
+
+    def _call_options(self, options: GenerateOptions | None) -> GenerateOptions:
+        """This call's options over the model's defaults."""
+        if options is None:
+            return self.options
+        if self.options is not DEFAULT_OPTIONS:
+            return self.options.merge(options)
+        return options
+
+    def _request_timeout(self, options: GenerateOptions) -> aiohttp.ClientTimeout:
+        """The request timeout: the call's ``timeout`` option, else the model's."""
+        if options.timeout is not None:
+            return aiohttp.ClientTimeout(total=options.timeout, sock_connect=self.connect_timeout)
+        return self._client_timeout
+
+    def _transport_error(self, exc: TimeoutError | aiohttp.ClientError | ConnectionError) -> AgentrtError:
+        """The agentrt error for a failure of the HTTP transport (checked most specific first)."""
+        if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError and ConnectionTimeoutError included
+            return ModelTimeoutError(
                 f"{self.provider} model {self.model_name!r}: request to {self._url.host} timed out "
                 f"({str(exc) or type(exc).__name__})"
-            ) from exc
-        except aiohttp.InvalidURL as exc:
-            raise UserError(f"invalid base_url {self.base_url!r}: {exc}") from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise ModelConnectionError(
+            )
+        if isinstance(exc, aiohttp.InvalidURL):
+            return UserError(f"invalid base_url {self.base_url!r}: {exc}")
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return ModelConnectionError(
                 f"{self.provider} model {self.model_name!r}: cannot connect to {self.base_url}: {exc.os_error}"
-            ) from exc
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise ModelConnectionError(
-                f"{self.provider} model {self.model_name!r}: connection to {self._url.host} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            )
+        return ModelConnectionError(
+            f"{self.provider} model {self.model_name!r}: connection to {self._url.host} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
 
     def _completion(self, raw: bytes) -> ChatResponse:
         if raw[:3] == _BOM:

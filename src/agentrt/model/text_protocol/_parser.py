@@ -6,7 +6,7 @@ import ast
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -720,89 +720,129 @@ _NO_DECISION = "the reply has neither an Action nor a Final Answer"
 
 
 def _interpret(text: str, sections: list[_Section], thoughts: list[str], tools: dict[str, ToolSchema]) -> ReactParse:
-    actions: list[tuple[str, dict[str, Any]]] = []
-    pending: _ActionRead | None = None  # an Action still waiting for its Action Input
-    final: str | None = None
-    error: str | None = None
-    orphan_input = False
+    reading = _Reading(thoughts, tools)
     for sec in sections:
-        content = text[sec.start : sec.end]
-        kind = sec.kind
-        if kind == "thought":
-            cleaned = _clean_thought(content)
-            if cleaned:
-                thoughts.append(cleaned)
-            continue
-        if kind == "obs":
-            continue  # only seen before any action: the scanner stops at one after an action
-        if kind == "final":
-            if actions or (pending is not None and pending.name is not None and not pending.finish):
-                break  # an action came first: it is the reply
-            final = _clean_answer(content)
-            pending = None
+        if _SECTION_READERS[sec.kind](reading, text[sec.start : sec.end]):
             break
-        if kind == "action":
-            if pending is not None:
-                if pending.finish:
-                    break  # "Action: Final Answer" with no input, then another action: stop here
-                if pending.name is not None:
-                    actions.append((pending.name, {}))
-                pending = None
-            result = _read_action(content, tools)
-            if isinstance(result, str):
-                error = result
-                break
-            if isinstance(result, tuple):  # a JSON blob with one or more calls
-                blob_actions, blob_final = result
-                actions.extend(blob_actions)
-                if blob_final is not None and not actions:
-                    final = blob_final
-                    break
-                continue
-            if result.finish and result.args is not None:
-                if actions:
-                    break
-                final = result.args
-                break
-            if result.name is not None and not result.finish and result.args is not None:
-                actions.append((result.name, result.args))
-                continue
-            pending = result
-            continue
-        # an Action Input
+    return reading.result()
+
+
+class _Reading:
+    """`_interpret`'s state while it walks the sections; each section reader returns True to stop there."""
+
+    __slots__ = ("actions", "error", "final", "orphan_input", "pending", "thoughts", "tools")
+
+    def __init__(self, thoughts: list[str], tools: dict[str, ToolSchema]) -> None:
+        self.thoughts = thoughts
+        self.tools = tools
+        self.actions: list[tuple[str, dict[str, Any]]] = []
+        self.pending: _ActionRead | None = None  # an Action still waiting for its Action Input
+        self.final: str | None = None
+        self.error: str | None = None
+        self.orphan_input = False
+
+    def thought(self, content: str) -> bool:
+        """A ``Thought:`` section: kept for the parse's thought."""
+        cleaned = _clean_thought(content)
+        if cleaned:
+            self.thoughts.append(cleaned)
+        return False
+
+    def observation(self, content: str) -> bool:
+        """An ``Observation:`` section: skipped."""
+        return False  # only seen before any action: the scanner stops at one after an action
+
+    def final_answer(self, content: str) -> bool:
+        """A ``Final Answer:`` section: the answer, unless an action came first."""
+        pending = self.pending
+        if self.actions or (pending is not None and pending.name is not None and not pending.finish):
+            return True  # an action came first: it is the reply
+        self.final = _clean_answer(content)
+        self.pending = None
+        return True
+
+    def action(self, content: str) -> bool:
+        """An ``Action:`` section: a call, a JSON blob of calls, or a tool waiting for its Action Input."""
+        pending = self.pending
+        if pending is not None:
+            if pending.finish:
+                return True  # "Action: Final Answer" with no input, then another action: stop here
+            if pending.name is not None:
+                self.actions.append((pending.name, {}))
+            self.pending = None
+        result = _read_action(content, self.tools)
+        if isinstance(result, str):
+            self.error = result
+            return True
+        if isinstance(result, tuple):  # a JSON blob with one or more calls
+            blob_actions, blob_final = result
+            self.actions.extend(blob_actions)
+            if blob_final is not None and not self.actions:
+                self.final = blob_final
+                return True
+            return False
+        if result.finish and result.args is not None:
+            if self.actions:
+                return True  # the actions before it are the reply
+            self.final = result.args
+            return True
+        if result.name is not None and not result.finish and result.args is not None:
+            self.actions.append((result.name, result.args))
+        else:
+            self.pending = result
+        return False
+
+    def action_input(self, content: str) -> bool:
+        """An ``Action Input:`` section: the arguments of the pending action (or the finish action's answer)."""
+        pending = self.pending
         if pending is None:
-            if not actions:
-                orphan_input = True
-            continue
+            if not self.actions:
+                self.orphan_input = True
+            return False
         value, given, err = _parse_input_text(content) if content.strip() else ({}, False, None)
         if err is not None:
-            error = err
-            break
+            self.error = err
+            return True
         if pending.finish:
-            if actions:
-                break
-            final = _answer_from(value) if given else ""
-            pending = None
-            break
+            if self.actions:
+                return True  # the actions before it are the reply
+            self.final = _answer_from(value) if given else ""
+            self.pending = None
+            return True
         if pending.name is not None:
-            args, err = _coerce_input(pending.name, value, tools)
+            args, err = _coerce_input(pending.name, value, self.tools)
             if err is not None:
-                error = err
-                break
-            actions.append((pending.name, args))
-        pending = None
-    if error is None and pending is not None and pending.name is not None and not pending.finish:
-        actions.append((pending.name, {}))
-    thought = "\n".join(t for t in thoughts if t)
-    if error is not None:
-        return ReactParse(thought=thought, actions=actions, error=error)
-    if actions:
-        return ReactParse(thought=thought, actions=actions)
-    if final is not None:
-        return ReactParse(thought=thought, final_answer=final)
-    if orphan_input:
-        return ReactParse(thought=thought, error="an Action Input came without an Action naming the tool")
-    return ReactParse(thought=thought, error=_NO_DECISION)
+                self.error = err
+                return True
+            self.actions.append((pending.name, args))
+        self.pending = None
+        return False
+
+    def result(self) -> ReactParse:
+        """What the sections read say (an Action left without its input runs with no arguments)."""
+        pending = self.pending
+        actions = self.actions
+        if self.error is None and pending is not None and pending.name is not None and not pending.finish:
+            actions.append((pending.name, {}))
+        thought = "\n".join(t for t in self.thoughts if t)
+        if self.error is not None:
+            return ReactParse(thought=thought, actions=actions, error=self.error)
+        if actions:
+            return ReactParse(thought=thought, actions=actions)
+        if self.final is not None:
+            return ReactParse(thought=thought, final_answer=self.final)
+        if self.orphan_input:
+            return ReactParse(thought=thought, error="an Action Input came without an Action naming the tool")
+        return ReactParse(thought=thought, error=_NO_DECISION)
+
+
+_SECTION_READERS: dict[str, Callable[[_Reading, str], bool]] = {
+    "thought": _Reading.thought,
+    "obs": _Reading.observation,
+    "final": _Reading.final_answer,
+    "action": _Reading.action,
+    "input": _Reading.action_input,
+}
 
 
 class _ActionRead:
@@ -816,22 +856,17 @@ class _ActionRead:
         self.finish = finish
 
 
-def _read_action(
-    content: str, tools: dict[str, ToolSchema]
-) -> _ActionRead | tuple[list[tuple[str, dict[str, Any]]], str | None] | str:
+_BlobRead = tuple[list[tuple[str, dict[str, Any]]], str | None]
+"""A JSON blob's calls and final answer (the answer, when it names the finish action)."""
+
+
+def _read_action(content: str, tools: dict[str, ToolSchema]) -> _ActionRead | _BlobRead | str:
     """One ``Action:`` section: a tool name (maybe with inline arguments), a JSON blob, or an error."""
     c = content.strip()
     if not c:
         return _ActionRead(None)
     if c[0] == "{" or c.startswith(("```", "~~~")) or (c[0] == "[" and c[1:].lstrip().startswith("{")):
-        value, ok = _loads(c[: _value_end(c, 0)] or c)
-        blob = _blob_actions(value, tools) if ok else None
-        if blob is None:
-            return f"could not read the Action {c[:80]!r}: give the tool name, then its arguments in Action Input"
-        actions, final, error = blob
-        if error is not None:
-            return error
-        return actions, final
+        return _read_blob_action(c, tools)
     m = _NAME.match(c)
     if m is None:  # pragma: no cover - _NAME matches any non-blank start
         return f"could not read the tool name in {c[:80]!r}"
@@ -843,21 +878,7 @@ def _read_action(
     folded = raw_name.casefold()
     finish_name = folded in _FINISH_NAMES and raw_name not in tools
     if inline.startswith(("[", "(")):
-        end = _balanced_end(inline, 0)
-        inside = inline[1 : end - 1] if end > 0 else inline[1:].rstrip(")]")
-        if finish_name:  # ReAct paper: "Finish[answer]"
-            return _ActionRead("finish", _answer_from(_unquote(inside)), finish=True)
-        name = _resolve_name(raw_name, tools)
-        if inline.startswith("["):  # ReAct paper: "Search[query]"
-            value, _given, err = _parse_input_text(inside) if inside.strip() else ({}, False, None)
-            if err is not None:
-                return err
-            args, err = _coerce_input(name, value, tools)
-        else:  # Python style: "search(query='x')"
-            args, err = _parse_call_args(name, inside, tools)
-        if err is not None:
-            return err
-        return _ActionRead(name, args)
+        return _read_bracketed_action(raw_name, inline, finish_name, tools)
     phrase = f"{raw_name} {first_line}".strip().casefold().rstrip(".")
     if (phrase in _FINISH_NAMES or finish_name) and raw_name not in tools:
         return _ActionRead("finish", finish=True)
@@ -878,6 +899,44 @@ def _read_action(
     if not first_line:
         following = more.lstrip()
         inline = following if following.startswith(("{", "```", "~~~")) else ""
+    return _read_inline_arguments(name, inline, tools)
+
+
+def _read_blob_action(c: str, tools: dict[str, ToolSchema]) -> _BlobRead | str:
+    """An ``Action:`` that is a JSON blob (or a fenced one): its calls and final answer, or an error."""
+    value, ok = _loads(c[: _value_end(c, 0)] or c)
+    blob = _blob_actions(value, tools) if ok else None
+    if blob is None:
+        return f"could not read the Action {c[:80]!r}: give the tool name, then its arguments in Action Input"
+    actions, final, error = blob
+    if error is not None:
+        return error
+    return actions, final
+
+
+def _read_bracketed_action(
+    raw_name: str, inline: str, finish_name: bool, tools: dict[str, ToolSchema]
+) -> _ActionRead | str:
+    """``Search[query]`` or ``Finish[answer]`` (the ReAct paper), or a Python-style ``search(query='x')``."""
+    end = _balanced_end(inline, 0)
+    inside = inline[1 : end - 1] if end > 0 else inline[1:].rstrip(")]")
+    if finish_name:  # ReAct paper: "Finish[answer]"
+        return _ActionRead("finish", _answer_from(_unquote(inside)), finish=True)
+    name = _resolve_name(raw_name, tools)
+    if inline.startswith("["):  # ReAct paper: "Search[query]"
+        value, _given, err = _parse_input_text(inside) if inside.strip() else ({}, False, None)
+        if err is not None:
+            return err
+        args, err = _coerce_input(name, value, tools)
+    else:  # Python style: "search(query='x')"
+        args, err = _parse_call_args(name, inside, tools)
+    if err is not None:
+        return err
+    return _ActionRead(name, args)
+
+
+def _read_inline_arguments(name: str, inline: str, tools: dict[str, ToolSchema]) -> _ActionRead | str:
+    """The call to `name` with the arguments written after it, if any ("Action: search {"q": "x"}")."""
     if inline.strip():  # "Action: search {"q": "x"}" or the JSON on the next line
         value, given, err = _parse_input_text(inline)
         if err is not None:
@@ -893,30 +952,39 @@ def _read_action(
 def _parse_special(body: str, tools: dict[str, ToolSchema]) -> ReactParse | None:
     """Replies without ReAct labels that still call tools: tags and JSON blobs."""
     if "<tool_call>" in body or "<function=" in body:
-        first = min(i for i in (body.find("<tool_call>"), body.find("<function=")) if i >= 0)
-        actions: list[tuple[str, dict[str, Any]]] = []
-        for m in _TOOL_CALL_TAG.finditer(body):
-            value, ok = _loads(m.group(1))
-            blob = _blob_actions(value, tools) if ok else None
-            if blob is None or blob[2] is not None:
-                return ReactParse(
-                    thought=_clean_thought(body[:first]),
-                    error=blob[2] if blob else f"could not read the tool call {m.group(1)[:80]!r}",
-                )
-            actions.extend(blob[0])
-            if blob[1] is not None and not actions:
-                return ReactParse(thought=_clean_thought(body[:first]), final_answer=blob[1])
-        for m in _FUNCTION_TAG.finditer(body):
-            name = _resolve_name(m.group(1), tools)
-            value, _given, err = _parse_input_text(m.group(2)) if m.group(2).strip() else ({}, False, None)
-            args, err2 = _coerce_input(name, value, tools) if err is None else ({}, err)
-            if err2 is not None:
-                return ReactParse(thought=_clean_thought(body[:first]), error=err2)
-            actions.append((name, args))
-        if actions:
-            return ReactParse(thought=_clean_thought(body[:first]), actions=actions)
-        return None
-    # A JSON blob that ends the reply, possibly after some chatter.
+        return _parse_call_tags(body, tools)
+    return _parse_trailing_blob(body, tools)
+
+
+def _parse_call_tags(body: str, tools: dict[str, ToolSchema]) -> ReactParse | None:
+    """Calls in ``<tool_call>{json}</tool_call>`` and ``<function=name>arguments</function>`` tags."""
+    first = min(i for i in (body.find("<tool_call>"), body.find("<function=")) if i >= 0)
+    actions: list[tuple[str, dict[str, Any]]] = []
+    for m in _TOOL_CALL_TAG.finditer(body):
+        value, ok = _loads(m.group(1))
+        blob = _blob_actions(value, tools) if ok else None
+        if blob is None or blob[2] is not None:
+            return ReactParse(
+                thought=_clean_thought(body[:first]),
+                error=blob[2] if blob else f"could not read the tool call {m.group(1)[:80]!r}",
+            )
+        actions.extend(blob[0])
+        if blob[1] is not None and not actions:
+            return ReactParse(thought=_clean_thought(body[:first]), final_answer=blob[1])
+    for m in _FUNCTION_TAG.finditer(body):
+        name = _resolve_name(m.group(1), tools)
+        value, _given, err = _parse_input_text(m.group(2)) if m.group(2).strip() else ({}, False, None)
+        args, err2 = _coerce_input(name, value, tools) if err is None else ({}, err)
+        if err2 is not None:
+            return ReactParse(thought=_clean_thought(body[:first]), error=err2)
+        actions.append((name, args))
+    if actions:
+        return ReactParse(thought=_clean_thought(body[:first]), actions=actions)
+    return None
+
+
+def _parse_trailing_blob(body: str, tools: dict[str, ToolSchema]) -> ReactParse | None:
+    """A JSON blob that ends the reply, possibly after some chatter."""
     stripped = body.rstrip()
     for m in re.finditer(r"(?m)^[ \t]*(?:```|~~~|\{|\[)", stripped):
         start = m.start()

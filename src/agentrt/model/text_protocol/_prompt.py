@@ -78,6 +78,7 @@ def _compact_schema(value: Any) -> Any:
 
 
 def _sample_value(schema: Mapping[str, Any], name: str) -> Any:
+    """A value for the example call: the schema's own example (or enum, default, const), else one of its type."""
     for key in ("examples", "enum"):
         values = schema.get(key)
         if isinstance(values, list) and values:
@@ -90,12 +91,25 @@ def _sample_value(schema: Mapping[str, Any], name: str) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
     if kind is None:
-        for key in ("anyOf", "oneOf"):
-            options = schema.get(key)
-            if isinstance(options, list):
-                for opt in options:
-                    if isinstance(opt, Mapping) and opt.get("type") != "null":
-                        return _sample_value(opt, name)
+        option = _first_typed_option(schema)
+        if option is not None:
+            return _sample_value(option, name)
+    return _sample_of_type(kind, name)
+
+
+def _first_typed_option(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The first ``anyOf``/``oneOf`` alternative that is not ``null``."""
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            for opt in options:
+                if isinstance(opt, Mapping) and opt.get("type") != "null":
+                    return opt
+    return None
+
+
+def _sample_of_type(kind: Any, name: str) -> Any:
+    """A plain value of JSON Schema type `kind`; a ``<name>`` placeholder for strings and the unknown."""
     if kind == "integer":
         return 1
     if kind == "number":
