@@ -1,6 +1,6 @@
 """agentrt: an async agent runtime. Give it a model, tools and a prompt; it runs a reason-act loop."""
 
-from agentrt.agent import ReActAgent, UserAgent
+from agentrt.agent import LoopOptions, MemoryOptions, OutputOptions, ReActAgent, UserAgent
 from agentrt.context import RuntimeContext
 from agentrt.message import (
     AudioBlock,
@@ -26,8 +26,11 @@ __all__ = [
     "ConfirmResult",
     "GenerateReason",
     "ImageBlock",
+    "LoopOptions",
+    "MemoryOptions",
     "Middleware",
     "Msg",
+    "OutputOptions",
     "PermissionContext",
     "PermissionMode",
     "PermissionRule",

@@ -1,8 +1,9 @@
-"""Agents: the shared lifecycle (`AgentBase`), `ReActAgent` and `UserAgent`."""
+"""Agents: the shared lifecycle (`AgentBase`), `ReActAgent`, its option groups and `UserAgent`."""
 
 from agentrt.agent._run import Run
 from agentrt.agent.base import AgentBase
+from agentrt.agent.options import LoopOptions, MemoryOptions, OutputOptions
 from agentrt.agent.react import ReActAgent
 from agentrt.agent.user import UserAgent
 
-__all__ = ["AgentBase", "ReActAgent", "Run", "UserAgent"]
+__all__ = ["AgentBase", "LoopOptions", "MemoryOptions", "OutputOptions", "ReActAgent", "Run", "UserAgent"]

@@ -352,6 +352,7 @@ def _check_arguments(tool: Any, call: ToolUseBlock) -> None:
 
 
 _RUN, _DENY, _ASK = "run", "deny", "ask"
+_Plan = tuple[str, ToolUseBlock, str]  # (action, the call as it would run, the reason to deny or ask)
 
 
 def _decide(
@@ -360,7 +361,7 @@ def _decide(
     run: Run,
     entry: PendingCall,
     answer: ConfirmResult,
-) -> tuple[str, ToolUseBlock, str]:
+) -> _Plan:
     """What to do with an approved call: run it, deny it, or ask again (its arguments changed the question)."""
     call = _as_call(entry)
     edited = answer.edited_input
@@ -390,103 +391,171 @@ async def resume(
     state_pending = run.state.pending or Pending()
     entries = list(state_pending.calls)
     assistant_id = state_pending.assistant_id or _last_assistant_id(run)
+    answers = _read_answers(agent, run, executor, entries)
+    _record_answers(agent, run, state_pending, answers)
+    held = list(state_pending.notes)
+    results = await _dead_run_results(agent, run, executor, assistant_id)
+    turn = _Resumption(
+        run=run,
+        executor=executor,
+        runner=runner,
+        on_result=on_result,
+        state_pending=state_pending,
+        assistant_id=assistant_id,
+        answers=answers,
+        results=results,
+        waiting=list(entries),
+    )
+    for entry in entries:
+        await turn.answer(entry)
+    return await _settle(agent, run, turn.results, turn.still, None, assistant_id, [*held, *answers.notes])
+
+
+@dataclasses.dataclass(slots=True)
+class _Answers:
+    """The caller's answers to the pending calls, checked and decided before anything changes."""
+
+    confirms: dict[str, ConfirmResult]
+    externals: dict[str, ToolResultBlock]
+    notes: list[Msg]
+    accepted: list[PermissionRule]
+    engine: PermissionEngine
+    plans: dict[str, _Plan]
+
+
+def _read_answers(agent: ReActAgent, run: Run, executor: ToolExecutor, entries: Sequence[PendingCall]) -> _Answers:
+    """Collect, validate and decide the answers; raises (spending nothing) when one cannot be accepted."""
     confirms, externals, notes = _collect(run.input, entries)
     _validate(entries, confirms, externals)
     accepted = _accepted_rules(agent, executor, entries, confirms)
     engine = _engine(agent, run, accepted)
     # Decide every approved call before anything changes: a refused answer must spend nothing.
-    plans: dict[str, tuple[str, ToolUseBlock, str]] = {
+    plans = {
         e.id: _decide(engine, executor, run, e, confirms[e.id])
         for e in entries
         if e.kind == CONFIRM and e.id in confirms and confirms[e.id].confirmed
     }
-    if accepted:
-        run.set_field("rules", [*run.state.rules, *(r.to_dict() for r in accepted)])
-    if externals and run.streaming:
+    return _Answers(confirms, externals, notes, accepted, engine, plans)
+
+
+def _record_answers(agent: ReActAgent, run: Run, state_pending: Pending, answers: _Answers) -> None:
+    """Keep the rules the user accepted and announce the external results the caller sent."""
+    if answers.accepted:
+        run.set_field("rules", [*run.state.rules, *(r.to_dict() for r in answers.accepted)])
+    if answers.externals and run.streaming:
         # The result belongs to the call that asked for it (AgentScope: the request's reply id).
         asked_by = state_pending.reply_id or run.reply_id
         run.emit(
             ev.ExternalExecutionResult(
-                reply_id=asked_by, session_id=run.session_id, source=agent.name, results=list(externals.values())
+                reply_id=asked_by,
+                session_id=run.session_id,
+                source=agent.name,
+                results=list(answers.externals.values()),
             )
         )
-    held = list(state_pending.notes)
-    results: list[ToolResultBlock] = await _dead_run_results(agent, run, executor, assistant_id)
-    still: list[PendingCall] = []
-    waiting = list(entries)
-    for entry in entries:
-        waiting.remove(entry)
-        call = _as_call(entry)
-        kind = entry.kind
-        if kind == CONFIRM and call.id in confirms:
-            answer = confirms[call.id]
-            if not answer.confirmed:
-                text = "The user denied this tool call." + (f" Reason: {answer.reason}" if answer.reason else "")
-                result = _denied(call, text)
-                if on_result is not None:
-                    await on_result(result, 0.0)
-                results.append(result)
-                continue
-            action, effective, reason = plans[call.id]
-            if action == _DENY:
-                edited_note = " for the edited arguments" if dict(effective.input) != dict(call.input) else ""
-                result = _denied(call, f"Permission denied{edited_note}: {reason}.")
-                if on_result is not None:
-                    await on_result(result, 0.0)
-                results.append(result)
-                continue
-            if action == _ASK:
-                tool = executor.lookup(call.name)
-                suggested = engine.check(tool, effective, run.ctx).suggested_rules if tool is not None else []
-                still.append(_entry(effective, CONFIRM, reason, suggested))
-                continue
-            tool = executor.lookup(call.name)
-            if tool is not None and tool.external:
-                still.append(_entry(effective, EXTERNAL, "approved; runs outside the agent"))
-                continue
-            # Spend the approval: this checkpoint takes the call out of `pending` and records it started.
-            _consume(run, state_pending, assistant_id, [*still, *waiting], [effective.id], results)
-            await run.checkpoint()
-            [result] = await executor.execute_all([effective], runner, None)
-            payload = _suspended(result)
-            if payload is not None:
-                still.append(_subagent_entry(effective, payload))
-                continue
-            edited = answer.edited_input
-            if edited is not None and dict(edited) != dict(call.input) and isinstance(result.output, str):
-                from agentrt import _json
 
-                result = dataclasses.replace(
-                    result,
-                    output=f"(The user changed the arguments to {_json.dumps(dict(edited))}.)\n{result.output}",
-                )
-            if on_result is not None:
-                await on_result(result, 0.0)
-            results.append(result)
-        elif kind == EXTERNAL and call.id in externals:
-            given = externals[call.id]
+
+@dataclasses.dataclass(slots=True)
+class _Resumption:
+    """The pending calls answered one by one, in order: the results so far and what still waits.
+
+    `waiting` holds the calls not reached yet, so that each checkpoint spending an answer keeps them
+    (with `still`) in `pending`.
+    """
+
+    run: Run
+    executor: ToolExecutor
+    runner: Runner
+    on_result: OnResult
+    state_pending: Pending
+    assistant_id: str
+    answers: _Answers
+    results: list[ToolResultBlock]
+    waiting: list[PendingCall]
+    still: list[PendingCall] = dataclasses.field(default_factory=list)
+
+    async def answer(self, entry: PendingCall) -> None:
+        """Apply the answer given for `entry`, if any; it keeps waiting otherwise."""
+        self.waiting.remove(entry)
+        answers = self.answers
+        if entry.kind == CONFIRM and entry.id in answers.confirms:
+            await self._confirmed(entry, answers.confirms[entry.id])
+        elif entry.kind == EXTERNAL and entry.id in answers.externals:
+            given = answers.externals[entry.id]
             # The event of a returned external result belongs to the call that asked for it.
-            results.append(ToolResultBlock(id=call.id, name=call.name, output=given.output, state=given.state))
-        elif kind == SUBAGENT:
-            child_ids = {c.id for c in flatten_pending(entry.children)}
-            answers: list[Any] = [confirms[i] for i in child_ids if i in confirms]
-            answers += [externals[i] for i in child_ids if i in externals]
-            if not answers:
-                still.append(entry)
-                continue
-            _consume(run, state_pending, assistant_id, [*still, *waiting], [call.id], results)
-            await run.checkpoint()
-            result = await _resume_subagent(executor, call, entry, answers, run)
-            payload = _suspended(result)
-            if payload is not None:
-                still.append(_subagent_entry(call, payload))
-                continue
-            if on_result is not None:
-                await on_result(result, 0.0)
-            results.append(result)
+            self.results.append(ToolResultBlock(id=entry.id, name=entry.name, output=given.output, state=given.state))
+        elif entry.kind == SUBAGENT:
+            await self._subagent(entry)
         else:
-            still.append(entry)
-    return await _settle(agent, run, results, still, None, assistant_id, [*held, *notes])
+            self.still.append(entry)
+
+    async def _confirmed(self, entry: PendingCall, answer: ConfirmResult) -> None:
+        """A call the user approved or denied: deny it, ask again, hand it out, or spend the approval and run it."""
+        call = _as_call(entry)
+        if not answer.confirmed:
+            text = "The user denied this tool call." + (f" Reason: {answer.reason}" if answer.reason else "")
+            await self._report(_denied(call, text))
+            return
+        action, effective, reason = self.answers.plans[call.id]
+        if action == _DENY:
+            edited_note = " for the edited arguments" if dict(effective.input) != dict(call.input) else ""
+            await self._report(_denied(call, f"Permission denied{edited_note}: {reason}."))
+            return
+        tool = self.executor.lookup(call.name)
+        if action == _ASK:
+            check = self.answers.engine.check
+            suggested = check(tool, effective, self.run.ctx).suggested_rules if tool is not None else []
+            self.still.append(_entry(effective, CONFIRM, reason, suggested))
+        elif tool is not None and tool.external:
+            self.still.append(_entry(effective, EXTERNAL, "approved; runs outside the agent"))
+        else:
+            await self._run_approved(call, effective, answer.edited_input)
+
+    async def _run_approved(
+        self, call: ToolUseBlock, effective: ToolUseBlock, edited: Mapping[str, Any] | None
+    ) -> None:
+        """Spend the approval, then run the call (noting edited arguments in the result for the model)."""
+        await self._spend(effective.id)
+        [result] = await self.executor.execute_all([effective], self.runner, None)
+        payload = _suspended(result)
+        if payload is not None:
+            self.still.append(_subagent_entry(effective, payload))
+            return
+        if edited is not None and dict(edited) != dict(call.input) and isinstance(result.output, str):
+            from agentrt import _json
+
+            result = dataclasses.replace(
+                result, output=f"(The user changed the arguments to {_json.dumps(dict(edited))}.)\n{result.output}"
+            )
+        await self._report(result)
+
+    async def _subagent(self, entry: PendingCall) -> None:
+        """A subagent's paused call: resume it with the answers meant for its own pending calls."""
+        child_ids = {c.id for c in flatten_pending(entry.children)}
+        confirms, externals = self.answers.confirms, self.answers.externals
+        answers: list[Any] = [confirms[i] for i in child_ids if i in confirms]
+        answers += [externals[i] for i in child_ids if i in externals]
+        if not answers:
+            self.still.append(entry)
+            return
+        call = _as_call(entry)
+        await self._spend(call.id)
+        result = await _resume_subagent(self.executor, call, entry, answers, self.run)
+        payload = _suspended(result)
+        if payload is not None:
+            self.still.append(_subagent_entry(call, payload))
+            return
+        await self._report(result)
+
+    async def _spend(self, call_id: str) -> None:
+        """Spend the answer: this checkpoint takes the call out of `pending` and records it started."""
+        _consume(self.run, self.state_pending, self.assistant_id, [*self.still, *self.waiting], [call_id], self.results)
+        await self.run.checkpoint()
+
+    async def _report(self, result: ToolResultBlock) -> None:
+        if self.on_result is not None:
+            await self.on_result(result, 0.0)
+        self.results.append(result)
 
 
 def _consume(

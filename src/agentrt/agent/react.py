@@ -12,6 +12,7 @@ from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run, current_run
 from agentrt.agent.base import AgentBase
+from agentrt.agent.options import LoopOptions, MemoryMode, MemoryOptions, OutputOptions, resolve_options
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import GenerateReason, Msg, new_id
@@ -31,7 +32,6 @@ __all__ = ["MemoryMode", "ReActAgent"]
 logger = logging.getLogger("agentrt.agent")
 
 _EMPTY_TOOLKIT = Toolkit()
-MemoryMode = Literal["static", "agent", "both"]
 _PAUSED = frozenset(
     (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION, GenerateReason.INTERRUPTED)
 )
@@ -84,6 +84,14 @@ class ReActAgent(AgentBase):
             share a conversation only when they are given the same `state_key` on purpose.
         memory_extraction: After each completed call, extract durable facts from it into long-term
             memory with a model call, in the background (see `drain`).
+        loop: `LoopOptions` (``max_iters``, ``tool_calling``, ``conflict_policy``) as one object.
+        output_options: `OutputOptions` (``mode``, ``retries``): ``output_mode`` and ``output_retries``
+            as one object.
+        memory: `MemoryOptions` (``long_term_memory``, ``mode``, ``top_k``, ``extraction``,
+            ``summary_model``): the memory keywords as one object.
+
+    A group object and its flat keywords may be mixed only when they agree: a flat keyword left at
+    its default defers to the object, one set to another value than the object's is a `UserError`.
     """
 
     __slots__ = (
@@ -140,95 +148,58 @@ class ReActAgent(AgentBase):
         summary_model: ChatModel | str | None = None,
         memory_extraction: bool = False,
         state_key: str | None = None,
+        loop: LoopOptions | None = None,
+        output_options: OutputOptions | None = None,
+        memory: MemoryOptions | None = None,
     ) -> None:
         super().__init__(
             name, description=description, state_store=state_store, lock_timeout=lock_timeout, state_key=state_key
         )
-        if model is None:
-            raise UserError(
-                f"ReActAgent {name!r} needs a model: a ChatModel instance, an id like 'openai:gpt-4o-mini', "
-                "or ScriptedModel([...]) for tests"
-            )
-        if not isinstance(model, (ChatModel, str)):
-            raise UserError(f"model must be a ChatModel or a 'provider:model' string, not {type(model).__name__!r}")
-        if not isinstance(max_iters, int) or max_iters < 1:
-            raise UserError(f"max_iters must be a positive integer, not {max_iters!r}")
-        if toolkit is not None and not isinstance(toolkit, Toolkit):
-            raise UserError(f"toolkit must be a Toolkit, not {type(toolkit).__name__!r}")
-        if conflict_policy not in ("merge", "fail"):
-            raise UserError(f"conflict_policy must be 'merge' or 'fail', not {conflict_policy!r}")
-        for mw in middlewares:
-            if not isinstance(mw, Middleware):
-                raise UserError(f"middlewares must be Middleware instances, not {type(mw).__name__!r}")
+        model = _checked_parts(name, model, toolkit, middlewares)
+        loop = resolve_options(
+            "loop",
+            loop,
+            LoopOptions,
+            {"max_iters": max_iters, "tool_calling": tool_calling, "conflict_policy": conflict_policy},
+        )
+        output_options = resolve_options(
+            "output_options", output_options, OutputOptions, {"mode": output_mode, "retries": output_retries}
+        )
+        memory = resolve_options(
+            "memory",
+            memory,
+            MemoryOptions,
+            {
+                "long_term_memory": long_term_memory,
+                "mode": memory_mode,
+                "top_k": memory_top_k,
+                "extraction": memory_extraction,
+                "summary_model": summary_model,
+            },
+        )
         self.sys_prompt = sys_prompt
         self._model = model
+        self._model_ready = False
         self.toolkit = toolkit if toolkit is not None else _EMPTY_TOOLKIT
         self.middlewares = tuple(middlewares)
         self.permission = permission
         _warn_unmatched_rules(name, permission, self.toolkit)
-        self.max_iters = max_iters
         self.options = options if options is not None else DEFAULT_OPTIONS
-        self.conflict_policy = conflict_policy
-        self.output_mode: OutputMode = output_mode
-        if output_retries < 0:
-            raise UserError(f"output_retries must be >= 0, not {output_retries!r}")
-        self.output_retries = output_retries
-        if tool_calling not in ("auto", "native", "text"):
-            raise UserError(f"tool_calling must be 'auto', 'native' or 'text', not {tool_calling!r}")
-        self.tool_calling = tool_calling
-        self._model_ready = False
-        if summary_model is not None and not isinstance(summary_model, (ChatModel, str)):
-            raise UserError(
-                f"summary_model must be a ChatModel or a 'provider:model' string, not {type(summary_model).__name__!r}"
-            )
-        self._summary_model: ChatModel | str | None = summary_model
-        self._context: ContextCompressor | None = None
-        self._manual_compressor: ContextCompressor | None = None
+        self.max_iters = loop.max_iters
+        self.tool_calling = loop.tool_calling
+        self.conflict_policy = loop.conflict_policy
+        self.output_mode: OutputMode = output_options.mode
+        self.output_retries = output_options.retries
+        self._long_term_memory = memory.long_term_memory
+        self.memory_mode: MemoryMode = memory.mode
+        self.memory_top_k = memory.top_k
+        self.memory_extraction = memory.extraction
+        self._summary_model: ChatModel | str | None = memory.summary_model
         self.context_config = context
-        if context is not None:
-            # Imported only when configured: `import agentrt` never loads the memory package.
-            from agentrt.memory.compression import ContextCompressor, ContextConfig
-
-            if not isinstance(context, ContextConfig):
-                raise UserError(f"context must be an agentrt.memory.ContextConfig, not {type(context).__name__!r}")
-            self._context = ContextCompressor(context)
-        if memory_mode not in ("static", "agent", "both"):
-            raise UserError(f"memory_mode must be 'static', 'agent' or 'both', not {memory_mode!r}")
-        if long_term_memory is not None:
-            for method in ("record", "retrieve", "forget", "list"):
-                if not callable(getattr(long_term_memory, method, None)):
-                    raise UserError(
-                        f"long_term_memory must implement agentrt.memory.LongTermMemory (no {method}() on "
-                        f"{type(long_term_memory).__name__!r})"
-                    )
-        if memory_extraction and long_term_memory is None:
-            raise UserError("memory_extraction=True needs a long_term_memory to record into")
-        if not isinstance(memory_top_k, int) or memory_top_k < 1:
-            raise UserError(f"memory_top_k must be a positive integer, not {memory_top_k!r}")
-        self._long_term_memory = long_term_memory
-        self.memory_mode: MemoryMode = memory_mode
-        self.memory_top_k = memory_top_k
-        self.memory_extraction = memory_extraction
+        self._context = _compressor_for(context)
+        self._manual_compressor: ContextCompressor | None = None
         self._background: set[asyncio.Task[Any]] | None = None
-        self._session_tools: dict[str, Tool] | None = None
-        extra: list[Tool] = []
-        if enable_meta_tool or enable_task_list:
-            from agentrt.agent._session_tools import meta_tool, todo_tool
-
-            if enable_meta_tool:
-                extra.append(meta_tool(self.toolkit))
-            if enable_task_list:
-                extra.append(todo_tool())
-        if long_term_memory is not None and memory_mode != "static":
-            from agentrt.agent._memory_tools import recall_tool, remember_tool
-
-            extra.extend((remember_tool(long_term_memory), recall_tool(long_term_memory)))
-        if context is not None and context.expose_tool:
-            from agentrt.agent._memory_tools import compress_tool
-
-            extra.append(compress_tool())
-        if extra:
-            self._session_tools = {t.name: t for t in extra}
+        self._session_tools = _extra_tools(self.toolkit, memory, context, enable_meta_tool, enable_task_list)
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
 
@@ -435,6 +406,65 @@ def _apply_groups(run: Run, defaults: frozenset[str], name: str, add: bool) -> l
     if run.executor is not None:
         run.executor.set_active_groups(frozenset(active))
     return sorted(active)
+
+
+def _checked_parts(
+    name: str, model: ChatModel | str | None, toolkit: object, middlewares: Sequence[object]
+) -> ChatModel | str:
+    """The model, once it, the toolkit and the middlewares are known usable (else a `UserError` saying what to pass)."""
+    if model is None:
+        raise UserError(
+            f"ReActAgent {name!r} needs a model: a ChatModel instance, an id like 'openai:gpt-4o-mini', "
+            "or ScriptedModel([...]) for tests"
+        )
+    if not isinstance(model, (ChatModel, str)):
+        raise UserError(f"model must be a ChatModel or a 'provider:model' string, not {type(model).__name__!r}")
+    if toolkit is not None and not isinstance(toolkit, Toolkit):
+        raise UserError(f"toolkit must be a Toolkit, not {type(toolkit).__name__!r}")
+    for mw in middlewares:
+        if not isinstance(mw, Middleware):
+            raise UserError(f"middlewares must be Middleware instances, not {type(mw).__name__!r}")
+    return model
+
+
+def _compressor_for(context: ContextConfig | None) -> ContextCompressor | None:
+    """The compressor of a configured context window (None: no token counting at all)."""
+    if context is None:
+        return None
+    # Imported only when configured: `import agentrt` never loads the memory package.
+    from agentrt.memory.compression import ContextCompressor, ContextConfig
+
+    if not isinstance(context, ContextConfig):
+        raise UserError(f"context must be an agentrt.memory.ContextConfig, not {type(context).__name__!r}")
+    return ContextCompressor(context)
+
+
+def _extra_tools(
+    toolkit: Toolkit,
+    memory: MemoryOptions,
+    context: ContextConfig | None,
+    enable_meta_tool: bool,
+    enable_task_list: bool,
+) -> dict[str, Tool] | None:
+    """The tools the agent adds to every session (meta tool, task list, memory, compress), by name."""
+    extra: list[Tool] = []
+    if enable_meta_tool or enable_task_list:
+        from agentrt.agent._session_tools import meta_tool, todo_tool
+
+        if enable_meta_tool:
+            extra.append(meta_tool(toolkit))
+        if enable_task_list:
+            extra.append(todo_tool())
+    long_term_memory = memory.long_term_memory
+    if long_term_memory is not None and memory.mode != "static":
+        from agentrt.agent._memory_tools import recall_tool, remember_tool
+
+        extra.extend((remember_tool(long_term_memory), recall_tool(long_term_memory)))
+    if context is not None and context.expose_tool:
+        from agentrt.agent._memory_tools import compress_tool
+
+        extra.append(compress_tool())
+    return {t.name: t for t in extra} if extra else None
 
 
 def _warn_unmatched_rules(agent_name: str, permission: Any, toolkit: Toolkit) -> None:

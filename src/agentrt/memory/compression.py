@@ -32,7 +32,7 @@ import copy
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agentrt.errors import ContextWindowExceededError, UserError
@@ -586,6 +586,72 @@ def _model_key(model: ChatModel | str | None) -> str:
     return model if isinstance(model, str) else model.model_name
 
 
+def _goals(mode: Mode, limits: _Limits, current: int) -> tuple[int, int]:
+    """The size a pass must get under, and the size summaries aim at (tier 2 frees what lies above it)."""
+    if mode == "auto":
+        return limits.trigger, limits.target
+    if mode == "overflow":
+        goal = min(limits.target, int(current * 0.6))
+        return goal, goal
+    return 0, 0
+
+
+@dataclass(slots=True, kw_only=True)
+class _Pass:
+    """One `ContextCompressor.compress` call: the prompt sizes so far, the tiers kept, and how to undo one.
+
+    A tier changes the session's state in place; `settle` keeps it only if the prompt shrank.
+    """
+
+    run: RunLike
+    state: AgentState
+    measure: Callable[[], int]
+    meta: dict[str, Any]  # the compressor's bookkeeping being rewritten (saved by `_record`)
+    goal: int  # get the prompt under this
+    sizing: int  # tier 2 frees what lies above this
+    room: int  # tokens the summary may take
+    measure_summary: Callable[[str], int]
+    sizes: list[int]
+    steps: list[Compression] = field(default_factory=list)
+    summary_calls: int = 0
+    summary_failed: bool = False
+    summarised: bool = False
+
+    @property
+    def size(self) -> int:
+        """The prompt's size now."""
+        return self.sizes[-1]
+
+    @property
+    def over(self) -> bool:
+        """Whether the prompt is still over the goal."""
+        return self.sizes[-1] > self.goal
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """What `settle` restores when a tier does not pay off."""
+        state = self.state
+        return (state.summary, state.summary_index, state.metadata, copy.deepcopy(self.meta))
+
+    def settle(self, tier: int, before: tuple[Any, ...]) -> bool:
+        """Keep a tier that shrank the prompt (recording it); undo one that did not."""
+        after = self.measure()
+        if after < self.sizes[-1]:
+            self.steps.append(Compression(tier=tier, before_tokens=self.sizes[-1], after_tokens=after))
+            self.sizes.append(after)
+            return True
+        state, run = self.state, self.run
+        summary, index, metadata, old_meta = before
+        if state.summary != summary:
+            run.set_field("summary", summary)
+        if state.summary_index != index:
+            run.set_field("summary_index", index)
+        if state.metadata is not metadata:
+            run.set_field("metadata", metadata)
+        self.meta.clear()
+        self.meta.update(old_meta)
+        return False
+
+
 class ContextCompressor:
     """Builds the prompt view of a session and compresses it when it outgrows the window.
 
@@ -910,108 +976,131 @@ class ContextCompressor:
         ``manual``: as far as tiers 1 and 2 go (tier 3 only when no summary can be made), whatever the
         size, never touching the recent rounds.
         """
-        cfg = self.config
-        state = run.state
         limits = self.limits(model, options)
-        room = self._summary_budget(limits, model)
-        measure_summary = self._summary_measure(model)
+        work = self._start_pass(run, head, tail, tools, model, limits, mode)
+        keep_recent = self.config.keep_recent_rounds
+        # The configured recent rounds first; when they (with the summary) are still over the goal,
+        # fewer of them: a long conversation of short rounds must still leave older rounds behind.
+        levels = [keep_recent] if mode == "manual" else range(keep_recent, 0, -1)
+        for keep in levels:
+            if not work.over:
+                break
+            await self._compress_keeping(work, keep, model, summary_model, mode)
+        if mode != "manual":
+            self._last_resorts(work, limits, mode)
+            self._warn_if_over(work, limits, model)
+        await self._record(work)
+        return work.steps
+
+    def _start_pass(
+        self,
+        run: RunLike,
+        head: Sequence[Msg],
+        tail: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        model: ChatModel,
+        limits: _Limits,
+        mode: Mode,
+    ) -> _Pass:
+        """A compression pass over the session of `run`, with the prompt measured as it stands."""
+        state = run.state
 
         def measure() -> int:
             return self.count_prompt(state, head, tail, tools, model)
 
         current = measure()
-        if mode == "auto":
-            goal, sizing = limits.trigger, limits.target
-        elif mode == "overflow":
-            goal = sizing = min(limits.target, int(current * 0.6))
-        else:
-            goal = sizing = 0
-        meta: dict[str, Any] = dict(state.metadata.get(META_KEY) or {}) if state.metadata else {}
-        steps: list[Compression] = []
-        sizes = [current]
+        goal, sizing = _goals(mode, limits, current)
+        return _Pass(
+            run=run,
+            state=state,
+            measure=measure,
+            meta=dict(state.metadata.get(META_KEY) or {}) if state.metadata else {},
+            goal=goal,
+            sizing=sizing,
+            room=self._summary_budget(limits, model),
+            measure_summary=self._summary_measure(model),
+            sizes=[current],
+        )
 
-        def snapshot() -> tuple[Any, ...]:
-            return (state.summary, state.summary_index, state.metadata, copy.deepcopy(meta))
+    async def _compress_keeping(
+        self, work: _Pass, keep: int, model: ChatModel, summary_model: Callable[[], ChatModel], mode: Mode
+    ) -> None:
+        """Tiers 1, 2 and 3 with the last `keep` rounds left alone."""
+        # tier 1: cut old tool results in the view
+        before = work.snapshot()
+        if self._tier1(work.run, work.meta, keep):
+            work.settle(1, before)
+        await self._summarise_oldest(work, keep, model, summary_model)
+        # tier 3: keep the summary and the last rounds only
+        if work.over and (mode != "manual" or not work.summarised):
+            before = work.snapshot()
+            if self._tier3(
+                work.run, work.meta, self._protected_start(work.state, keep), work.room, work.measure_summary
+            ):
+                work.settle(3, before)
 
-        def settle(tier: int, before: tuple[Any, ...]) -> bool:
-            """Keep a tier that shrank the prompt (recording it); undo one that did not."""
-            after = measure()
-            if after < sizes[-1]:
-                steps.append(Compression(tier=tier, before_tokens=sizes[-1], after_tokens=after))
-                sizes.append(after)
-                return True
-            summary, index, metadata, old_meta = before
-            if state.summary != summary:
-                run.set_field("summary", summary)
-            if state.summary_index != index:
-                run.set_field("summary_index", index)
-            if state.metadata is not metadata:
-                run.set_field("metadata", metadata)
-            meta.clear()
-            meta.update(old_meta)
-            return False
+    async def _summarise_oldest(
+        self, work: _Pass, keep: int, model: ChatModel, summary_model: Callable[[], ChatModel]
+    ) -> None:
+        """Tier 2: fold the oldest rounds into the summary while over the goal, within `max_summary_calls`.
 
-        summarised = False
-        summary_failed = False
-        calls = 0
-        # The configured recent rounds first; when they (with the summary) are still over the goal,
-        # fewer of them: a long conversation of short rounds must still leave older rounds behind.
-        levels = [cfg.keep_recent_rounds] if mode == "manual" else range(cfg.keep_recent_rounds, 0, -1)
-        for keep in levels:
-            if sizes[-1] <= goal:
-                break
-            # tier 1: cut old tool results in the view
-            before = snapshot()
-            if self._tier1(run, meta, keep):
-                settle(1, before)
-            # tier 2: summarise the oldest rounds
-            while sizes[-1] > goal and calls < cfg.max_summary_calls and not summary_failed:
-                span = self._pick_span(state, sizes[-1] - sizing, model, summary_model, keep, room)
-                if span is None:
-                    break
-                calls += 1
-                before = snapshot()
-                if not await self._tier2(run, meta, span, summary_model, room, measure_summary):
-                    summary_failed = True
-                    break
-                if not settle(2, before):
-                    break
-                summarised = True
-            # tier 3: keep the summary and the last rounds only
-            if sizes[-1] > goal and (mode != "manual" or not summarised):
-                before = snapshot()
-                if self._tier3(run, meta, self._protected_start(state, keep), room, measure_summary):
-                    settle(3, before)
-        if sizes[-1] > goal and mode != "manual":
+        Stops for good (for the whole pass) once a summary cannot be made, and for this level once one
+        does not shrink the prompt.
+        """
+        while work.over and work.summary_calls < self.config.max_summary_calls and not work.summary_failed:
+            span = self._pick_span(work.state, work.size - work.sizing, model, summary_model, keep, work.room)
+            if span is None:
+                return
+            work.summary_calls += 1
+            before = work.snapshot()
+            if not await self._tier2(work.run, work.meta, span, summary_model, work.room, work.measure_summary):
+                work.summary_failed = True
+                return
+            if not work.settle(2, before):
+                return
+            work.summarised = True
+
+    def _last_resorts(self, work: _Pass, limits: _Limits, mode: Mode) -> None:
+        """Past every level (``auto`` and ``overflow``): cut all tool results, then keep only the newest turn."""
+        if work.over:
             # The last round itself is big: cut every tool result in the view.
-            before = snapshot()
-            if self._tier1(run, meta, 0):
-                settle(1, before)
-        if sizes[-1] > (goal if mode == "overflow" else limits.usable) and mode != "manual":
+            before = work.snapshot()
+            if self._tier1(work.run, work.meta, 0):
+                work.settle(1, before)
+        if work.size > (work.goal if mode == "overflow" else limits.usable):
             # Still over the window: keep only the newest user message (or, within a call, the last round).
-            before = snapshot()
-            if self._tier3(run, meta, self._floor_start(state), room, measure_summary):
-                settle(3, before)
-        if sizes[-1] > goal and mode != "manual":
-            summary = self._message_tokens(self._summary_msg(state.summary), 0, model) if state.summary else 0
-            logger.warning(
-                "context of session %r still holds %d tokens after compression (goal %d, window %d for the "
-                "prompt): the summary takes %d, the system prompt, tools and the newest messages the rest",
-                state.session_id,
-                sizes[-1],
-                goal,
-                limits.usable,
-                summary,
+            before = work.snapshot()
+            if self._tier3(work.run, work.meta, self._floor_start(work.state), work.room, work.measure_summary):
+                work.settle(3, before)
+
+    def _warn_if_over(self, work: _Pass, limits: _Limits, model: ChatModel) -> None:
+        """Log what still fills the prompt when every tier left it over the goal."""
+        if not work.over:
+            return
+        state = work.state
+        summary = self._message_tokens(self._summary_msg(state.summary), 0, model) if state.summary else 0
+        logger.warning(
+            "context of session %r still holds %d tokens after compression (goal %d, window %d for the "
+            "prompt): the summary takes %d, the system prompt, tools and the newest messages the rest",
+            state.session_id,
+            work.size,
+            work.goal,
+            limits.usable,
+            summary,
+        )
+
+    async def _record(self, work: _Pass) -> None:
+        """Save the tiers kept (bookkeeping, checkpoint) and emit one `ContextCompressed` event per tier."""
+        if not work.steps:
+            return
+        run, meta = work.run, work.meta
+        meta["compressions"] = int(meta.get("compressions", 0)) + 1
+        run.set_field("metadata", {**(work.state.metadata or {}), META_KEY: meta})
+        await run.checkpoint()
+        for step in work.steps:
+            run.event(
+                ContextCompressed, before_tokens=step.before_tokens, after_tokens=step.after_tokens, tier=step.tier
             )
-        if steps:
-            meta["compressions"] = int(meta.get("compressions", 0)) + 1
-            run.set_field("metadata", {**(state.metadata or {}), META_KEY: meta})
-            await run.checkpoint()
-            for step in steps:
-                run.event(
-                    ContextCompressed, before_tokens=step.before_tokens, after_tokens=step.after_tokens, tier=step.tier
-                )
-        return steps
 
     def _floor_start(self, state: AgentState) -> int:
         """Where the smallest view begins: the newest user message, or within a call the model's last reply."""
