@@ -143,13 +143,21 @@ async def _call_core(agent: ReActAgent, run: Run) -> Msg:
         return await _finish_interrupted(agent, run)
 
 
+_QUIET = GenerateOptions(incremental=False)
+
+
+def _quiet_options(options: GenerateOptions) -> GenerateOptions:
+    """`options` for a call nobody streams: models in automatic mode may answer it whole (cheaper)."""
+    return options if options.incremental is not None else options.merge(_QUIET)
+
+
 async def _call_body(agent: ReActAgent, run: Run) -> Msg:
-    run.options = agent.options
+    run.options = agent.options if run.streaming else _quiet_options(agent.options)
     spec = None
     if run.output is not None:  # resolved before anything is saved: a bad output= changes nothing
         spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
         if spec.mode == "native":
-            run.options = agent.options.merge(GenerateOptions(response_format=spec.response_format()))
+            run.options = run.options.merge(GenerateOptions(response_format=spec.response_format()))
     await run.load()
     tools = agent.toolkit.tools
     if agent._session_tools:

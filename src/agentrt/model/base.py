@@ -54,6 +54,10 @@ class GenerateOptions:
     response_format: Mapping[str, Any] | None = None
     """A JSON Schema the reply must follow (structured output), as ``{"name": ..., "schema": ...}``."""
     timeout: float | None = None
+    incremental: bool | None = None
+    """Whether the caller consumes the reply as it is generated. None: unknown (the default). False
+    (set by the agent when nobody streams its events): a model whose streaming is automatic asks
+    for the whole reply at once, which costs less CPU than parsing a stream of chunks."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def merge(self, override: GenerateOptions | None) -> GenerateOptions:
@@ -158,6 +162,14 @@ class ChatModel(abc.ABC):
         async for chunk in self.stream(messages, tools, options):
             acc.add(chunk)
         return acc.message(name=None)
+
+    def streams(self, options: GenerateOptions | None = None) -> bool:
+        """Whether a call with `options` delivers the reply in chunks as it is generated.
+
+        False means the reply arrives whole after the model finished, so a timeout between chunks
+        must cover the whole generation (`RetryModel` uses its `whole_timeout` then).
+        """
+        return True
 
     @property
     def id(self) -> str:

@@ -66,8 +66,8 @@ def model_from_id(
 
     `api_key` defaults to the provider's environment variable and `base_url` to the provider's
     endpoint (or its ``*_BASE_URL`` variable). Other keywords go to the adapter (generation
-    options such as ``temperature=`` included), except ``max_retries``, ``timeout`` and
-    ``idle_timeout``, which configure the `RetryModel` around network models.
+    options such as ``temperature=`` included), except ``max_retries``, ``timeout``,
+    ``idle_timeout`` and ``whole_timeout``, which configure the `RetryModel` around network models.
     """
     if not isinstance(model_id, str) or ":" not in model_id:
         raise UserError(
@@ -117,15 +117,17 @@ def _resilient(model: ChatModel, settings: dict[str, Any]) -> ChatModel:
     max_retries = settings.get("max_retries", DEFAULT_MAX_RETRIES)
     timeout = settings.get("timeout", DEFAULT_TIMEOUT)
     idle_timeout = settings.get("idle_timeout", DEFAULT_IDLE_TIMEOUT)
-    if not max_retries and timeout is None and idle_timeout is None:
+    whole = {"whole_timeout": settings["whole_timeout"]} if "whole_timeout" in settings else {}
+    if not max_retries and timeout is None and idle_timeout is None and whole.get("whole_timeout") is None:
         return model
     from agentrt.model.resilience import RetryModel
 
-    return RetryModel(model, max_retries=max_retries or 0, timeout=timeout, idle_timeout=idle_timeout)
+    return RetryModel(model, max_retries=max_retries or 0, timeout=timeout, idle_timeout=idle_timeout, **whole)
 
 
 def _pop_resilience(options: dict[str, Any]) -> dict[str, Any]:
-    return {key: options.pop(key) for key in ("max_retries", "timeout", "idle_timeout") if key in options}
+    keys = ("max_retries", "timeout", "idle_timeout", "whole_timeout")
+    return {key: options.pop(key) for key in keys if key in options}
 
 
 def _openai_compatible(cls_name: str) -> ModelFactory:

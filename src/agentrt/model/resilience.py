@@ -41,7 +41,7 @@ __all__ = ["FallbackModel", "RetryModel", "is_retryable"]
 logger = logging.getLogger("agentrt.model")
 
 _sleep = asyncio.sleep  # tests replace this to observe backoff without waiting
-_FIRST, _IDLE, _TOTAL = 0, 1, 2  # what a timed-out wait was for
+_FIRST, _IDLE, _TOTAL, _WHOLE = 0, 1, 2, 3  # what a timed-out wait was for
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -146,6 +146,9 @@ class _Wrapper(ChatModel):
     def supports_thinking(self) -> bool:  # type: ignore[override]
         return self._inner.supports_thinking
 
+    def streams(self, options: GenerateOptions | None = None) -> bool:
+        return self._inner.streams(options)
+
 
 class RetryModel(_Wrapper):
     """Wraps a model with timeouts and retries.
@@ -155,6 +158,9 @@ class RetryModel(_Wrapper):
         max_retries: Extra attempts after the first (0: none).
         timeout: Seconds from the call to the first chunk (connecting, sending, and the model's
             time to first token), per attempt. None: no limit.
+        whole_timeout: Seconds from the call to the reply when the wrapped model answers a call
+            whole rather than streamed (`ChatModel.streams` is False: the first chunk is the last,
+            so it waits for the whole generation), per attempt. None: no limit.
         idle_timeout: Seconds allowed between two chunks of a stream. None: no limit.
         total_timeout: Seconds for a whole attempt, first chunk to last. None: no limit.
         backoff: Base delay in seconds; attempt n waits a random time in [0, backoff * 2**(n-1)]
@@ -174,6 +180,7 @@ class RetryModel(_Wrapper):
         timeout: float | None = 60.0,
         idle_timeout: float | None = 30.0,
         total_timeout: float | None = None,
+        whole_timeout: float | None = 600.0,
         backoff: float = 0.5,
         max_backoff: float = 20.0,
         max_retry_after: float = 60.0,
@@ -183,7 +190,13 @@ class RetryModel(_Wrapper):
             raise UserError(f"RetryModel wraps a ChatModel, not {type(model).__name__!r}")
         if max_retries < 0:
             raise UserError(f"max_retries must be >= 0, not {max_retries}")
-        for name, value in (("timeout", timeout), ("idle_timeout", idle_timeout), ("total_timeout", total_timeout)):
+        limits = {
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+            "total_timeout": total_timeout,
+            "whole_timeout": whole_timeout,
+        }
+        for name, value in limits.items():
             if value is not None and value <= 0:
                 raise UserError(f"{name} must be a positive number of seconds or None, not {value!r}")
         self._inner = model
@@ -193,6 +206,7 @@ class RetryModel(_Wrapper):
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.total_timeout = total_timeout
+        self.whole_timeout = whole_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.max_retry_after = max_retry_after
@@ -222,7 +236,7 @@ class RetryModel(_Wrapper):
         # One generator for retries and timeouts: every layer of async generator costs per chunk.
         attempt = 0
         restart: str | None = None
-        first, idle, total = self.timeout, self.idle_timeout, self.total_timeout
+        (first, first_phase), idle, total = self._first_limit(options), self.idle_timeout, self.total_timeout
         limits = [x for x in (first, idle, total) if x is not None]
         wait = 0.0
         while True:
@@ -243,7 +257,7 @@ class RetryModel(_Wrapper):
                 cancelling = task.cancelling()
                 watch = _Watchdog(loop, task, min(limits))
                 end = loop.time() + total if total is not None else None
-                limit, phase = first, _FIRST
+                limit, phase = first, first_phase
                 next_chunk = inner.__anext__
                 while True:
                     if end is not None:
@@ -277,6 +291,12 @@ class RetryModel(_Wrapper):
                 await _aclose(inner)
             await _sleep(wait)
 
+    def _first_limit(self, options: GenerateOptions | None) -> tuple[float | None, int]:
+        """The limit of the wait for the first chunk: `timeout`, or `whole_timeout` for a reply that comes whole."""
+        if self._inner.streams(options):
+            return self.timeout, _FIRST
+        return self.whole_timeout, _WHOLE
+
     def _within_total(self, left: float, limit: float | None, phase: int) -> tuple[float | None, int]:
         """The next wait's limit and phase once the whole reply's deadline, `left` seconds away, counts."""
         if left <= 0:
@@ -306,6 +326,8 @@ class RetryModel(_Wrapper):
             what = f"the first chunk (timeout={self.timeout} s)"
         elif phase == _IDLE:
             what = f"the next chunk (idle_timeout={self.idle_timeout} s)"
+        elif phase == _WHOLE:
+            what = f"the whole (non-streamed) reply (whole_timeout={self.whole_timeout} s)"
         else:
             what = f"the whole reply (total_timeout={self.total_timeout} s)"
         return ModelTimeoutError(f"model {self._inner.id!r} timed out waiting for {what}")

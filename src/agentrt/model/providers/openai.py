@@ -105,8 +105,11 @@ class OpenAIChatModel(ChatModel):
         options: Default `GenerateOptions` for every call (per-call options are laid over them). Their
             fields may also be given as keywords: ``OpenAIChatModel("gpt-4o", temperature=0.2)``.
         session: An `aiohttp.ClientSession` to use instead of the shared one; the model never closes it.
-        stream: False asks for whole (non-streamed) completions; ``extra={"openai_stream": False}``
-            does the same per call.
+        stream: True streams every reply (SSE); False asks for whole completions; None (the
+            default) streams when the caller consumes the reply as it is generated and asks for the
+            whole completion when nobody does (`GenerateOptions.incremental` is False: an agent
+            call whose events nobody streams), which costs less CPU. ``extra={"openai_stream": ...}``
+            decides per call.
         stream_usage: Ask for the usage chunk at the end of a stream (``stream_options.include_usage``).
         send_reasoning_content: Send assistant thinking back as ``reasoning_content`` (DeepSeek-style
             endpoints that want it); otherwise thinking blocks are dropped from the prompt.
@@ -144,7 +147,7 @@ class OpenAIChatModel(ChatModel):
         base_url: str | None = None,
         options: GenerateOptions | None = None,
         session: aiohttp.ClientSession | None = None,
-        stream: bool = True,
+        stream: bool | None = None,
         stream_usage: bool = True,
         send_reasoning_content: bool | None = None,
         send_names: bool = True,
@@ -247,7 +250,7 @@ class OpenAIChatModel(ChatModel):
         """Stream the reply: text, reasoning and tool-call deltas, then finish reason and usage."""
         options = self._call_options(options)
         body = self.format.body(
-            self.model_name, messages, tools, options, stream=self.stream_by_default, stream_usage=self.stream_usage
+            self.model_name, messages, tools, options, stream=self._streamed(options), stream_usage=self.stream_usage
         )
         streaming = body.get("stream") is True
         timeout = self._request_timeout(options)
@@ -314,6 +317,21 @@ class OpenAIChatModel(ChatModel):
                 api_key=self.api_key,
                 key_env=self.api_key_env,
             )
+
+    def streams(self, options: GenerateOptions | None = None) -> bool:
+        """Whether a call with `options` asks for a stream (SSE) rather than the whole completion."""
+        return self._streamed(self._call_options(options))
+
+    def _streamed(self, options: GenerateOptions) -> bool:
+        """The ``stream`` flag of the request body (before ``openai_stream`` extras, which win)."""
+        if options.extra:
+            keys = ("openai_stream", self.provider + "_stream")
+            chosen = [value for key, value in options.extra.items() if key in keys]
+            if chosen:  # the body takes the last of them (see ChatCompletionsFormat._apply_extra)
+                return chosen[-1] is True
+        if self.stream_by_default is not None:
+            return self.stream_by_default
+        return options.incremental is not False
 
     def _call_options(self, options: GenerateOptions | None) -> GenerateOptions:
         """This call's options over the model's defaults."""
