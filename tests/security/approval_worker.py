@@ -30,11 +30,15 @@ def mark(text: str) -> None:
     sys.stdout.flush()
 
 
+def append_log(line: str) -> None:
+    with open(LOG, "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
 @tool(destructive=True)
 async def launch(target: str) -> str:
     """Launch something that must happen once."""
-    with open(LOG, "a", encoding="utf-8") as fh:
-        fh.write(f"run {target}\n")
+    await asyncio.to_thread(append_log, f"run {target}\n")
     mark("tool-start")
     if MODE == "approve":
         await asyncio.Event().wait()  # held here until SIGKILL

@@ -9,6 +9,7 @@ whose ``.git/config`` holds a second secret: none may print a secret, hang, or w
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shlex
@@ -166,7 +167,8 @@ SPELLINGS = [
 @pytest.mark.parametrize("command", SPELLINGS)
 async def test_dangerous_spellings_never_run_unasked(ws: Path, command: str) -> None:
     if "{blob}" in command:  # the id of the committed .env: `git show` prints a blob whatever the format
-        blob = subprocess.run(["git", "rev-parse", "HEAD:.env"], cwd=ws, capture_output=True, text=True, check=True)
+        git = ["git", "rev-parse", "HEAD:.env"]
+        blob = await asyncio.to_thread(subprocess.run, git, cwd=ws, capture_output=True, text=True, check=True)
         command = command.format(blob=blob.stdout.strip()[:10])
     assert not is_read_only_command(command, str(ws)), command
     reply, transcript, results = await run_agent(ws, command)

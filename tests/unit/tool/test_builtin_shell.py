@@ -90,7 +90,8 @@ async def test_output_and_exit_codes(shell: ShellTool, ws: Path) -> None:
     assert await shell.run("cat hello.txt") == "hello\n[exit code 0]"
     assert await shell.run("echo out; echo err >&2; exit 3") == "out\nerr\n[exit code 3]"
     assert await shell.run("true") == "(no output)\n[exit code 0]"
-    assert await shell.run("pwd") == f"{os.path.realpath(ws)}\n[exit code 0]"
+    real = await asyncio.to_thread(os.path.realpath, ws)
+    assert await shell.run("pwd") == f"{real}\n[exit code 0]"
     assert (await shell.run("kill -9 $$")).endswith("[killed by signal SIGKILL]")
 
 
