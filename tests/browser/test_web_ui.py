@@ -52,7 +52,7 @@ def new_session(page: Any) -> str:
     page.get_by_role("button", name="New session").click()
     expect(current).not_to_have_text(before or "")
     wait_idle(page)
-    session_id = current.text_content()
+    session_id: str | None = current.text_content()
     assert session_id and session_id.startswith("s-")
     expect(page.get_by_role("navigation", name="Sessions").locator('[aria-current="true"]')).to_contain_text(session_id)
     return session_id

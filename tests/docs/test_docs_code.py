@@ -310,7 +310,10 @@ def _logging_restored() -> Iterator[None]:
 
 def _compile(code: str, path: Path, first_line: int) -> types.CodeType:
     # Leading newlines keep tracebacks pointing at the Markdown file's own lines.
-    return compile("\n" * (first_line - 1) + code, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    compiled: types.CodeType = compile(
+        "\n" * (first_line - 1) + code, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    )
+    return compiled
 
 
 def _execute(run: PageRun, code: types.CodeType, namespace: dict[str, Any]) -> None:

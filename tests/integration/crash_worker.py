@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrt import Middleware, Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
@@ -60,7 +61,9 @@ def plan(request: ModelRequest) -> Any:
 
 
 class Marks(Middleware):
-    async def on_model_call(self, run: Any, request: ModelRequest, next: Any) -> Msg:
+    async def on_model_call(
+        self, run: Any, request: ModelRequest, next: Callable[[ModelRequest], Awaitable[Msg]]
+    ) -> Msg:
         mark(f"model-start {run.step}")
         msg = await next(request)
         mark(f"model-done {run.step}")

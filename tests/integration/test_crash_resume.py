@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from services import require_service
 
-from agentrt.message import ToolResultBlock
+from agentrt.message import Msg, ToolResultBlock
 from agentrt.state import store_from_url
 
 ROOT = Path(__file__).parents[2]
@@ -57,7 +57,7 @@ def _kill_at(proc: subprocess.Popen[str], marker: str) -> bool:
 
 
 def _check_history(url: str, session: str, log: Path, prefix: str | None) -> None:
-    async def load() -> list:
+    async def load() -> list[Msg]:
         store = store_from_url(url, **({"prefix": prefix} if prefix else {}))
         try:
             state = await store.load("crash-user", session, agent="crashy")

@@ -100,7 +100,7 @@ async def test_key_layout_and_awkward_ids(redis_url: str, prefix: str, raw: aior
             assert len(key) < 200, "long ids are hashed"
         hash_key = next(k for k in keys if k.endswith(":h"))
         stored = await raw.hgetall(hash_key)
-        assert stored[b"user_id"].decode() == user and stored[b"session_id"].decode() == session
+        assert stored[b"user_id"] == user.encode() and stored[b"session_id"] == session.encode()
         assert stored[b"revision"] == b"1" and stored[b"message_count"] == b"1"
         assert [s.session_id for s in await store.list_sessions(user)] == [session]
         # the empty id and an id that looks like another's encoding stay apart
@@ -312,7 +312,7 @@ async def test_lock_lost_is_reported(redis_url: str, prefix: str, raw: aioredis.
         async with b.session_lock("u", "t", timeout=1.0) as fresh:
             await stale.__aexit__(None, None, None)
             value = await raw.get(_lock_key(b, "u", "t"))
-            assert value is not None and value.startswith(f"{fresh.fencing_token}:".encode())
+            assert isinstance(value, bytes) and value.startswith(f"{fresh.fencing_token}:".encode())
 
 
 async def test_lock_cancellation(redis_url: str, prefix: str, raw: aioredis.Redis) -> None:

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -35,7 +36,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _replicas(store_url: str, prefix: str) -> Iterator[list[str]]:
-    procs: list[tuple[subprocess.Popen[str], object]] = []
+    procs: list[tuple[subprocess.Popen[str], IO[str]]] = []
     urls: list[str] = []
     try:
         for name in ("A", "B"):
@@ -48,7 +49,7 @@ def _replicas(store_url: str, prefix: str) -> Iterator[list[str]]:
                 "REPLICA_STORE_URL": store_url,
                 "REPLICA_STORE_PREFIX": prefix,
             }
-            log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed below
+            log: IO[str] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed below
             cmd = [sys.executable, "-m", "agentrt.cli", "serve", "replica_app:agent", "--port", str(port)]
             cmd += ["--log-level", "warning"]
             procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True), log))
@@ -57,8 +58,8 @@ def _replicas(store_url: str, prefix: str) -> Iterator[list[str]]:
             deadline = time.monotonic() + 30
             while True:
                 if proc.poll() is not None:
-                    log.seek(0)  # type: ignore[attr-defined]
-                    raise AssertionError(f"replica exited: {log.read()}")  # type: ignore[attr-defined]
+                    log.seek(0)
+                    raise AssertionError(f"replica exited: {log.read()}")
                 try:
                     with urllib.request.urlopen(url + "/readyz", timeout=1):
                         break
@@ -75,7 +76,7 @@ def _replicas(store_url: str, prefix: str) -> Iterator[list[str]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-            log.close()  # type: ignore[attr-defined]
+            log.close()
 
 
 async def _drop_keys(url: str, prefix: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -116,6 +117,7 @@ async def test_closing_the_event_stream_while_the_tool_runs_spends_the_approval(
     await agent.call("go", CTX)
     d.release = asyncio.Event()
     stream = agent.stream_events(approve("c1"), CTX)
+    assert isinstance(stream, AsyncGenerator)  # typed AsyncIterator; closed early below
     async for event in stream:
         if event.type == "tool_call_started" or d.started.is_set():
             break
@@ -185,10 +187,10 @@ async def test_two_pending_calls_interrupt_during_the_first_ends_both() -> None:
 
 
 async def test_edited_input_is_decided_again_deny_wins() -> None:
-    from agentrt.permission import PermissionContext, PermissionMode, PermissionRule
+    from agentrt.permission import Decision, PermissionContext, PermissionMode, PermissionRule
 
     d = Danger()
-    deny = PermissionRule(tool="danger", decision="deny", args={"target": "prod*"})
+    deny = PermissionRule(tool="danger", decision=Decision.DENY, args={"target": "prod*"})
     agent = ReActAgent(
         "bot",
         model=ScriptedModel.from_function(planner),
@@ -209,10 +211,10 @@ async def test_edited_input_is_decided_again_deny_wins() -> None:
 
 
 async def test_edited_input_that_raises_a_new_question_asks_again() -> None:
-    from agentrt.permission import PermissionContext, PermissionMode, PermissionRule
+    from agentrt.permission import Decision, PermissionContext, PermissionMode, PermissionRule
 
     d = Danger()
-    ask = PermissionRule(tool="danger", decision="ask", args={"target": "db-*"})
+    ask = PermissionRule(tool="danger", decision=Decision.ASK, args={"target": "db-*"})
     agent = ReActAgent(
         "bot",
         model=ScriptedModel.from_function(planner),
@@ -266,7 +268,7 @@ async def test_duplicate_call_ids_from_the_model_get_distinct_results() -> None:
     await agent.call("go", CTX)
     assert sorted(seen) == ["one", "two"]
     results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
-    assert sorted(r.output for r in results) == ["answer one", "answer two"]  # type: ignore[type-var]
+    assert sorted(r.output for r in results) == ["answer one", "answer two"]
     assert len({r.id for r in results}) == 2
     await check(agent)
 

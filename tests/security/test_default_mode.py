@@ -26,7 +26,7 @@ from agentrt import (
     tool,
 )
 from agentrt.model import ScriptedModel
-from agentrt.permission import PermissionEngine
+from agentrt.permission import Decision, PermissionEngine
 from agentrt.state import InMemoryStateStore
 from agentrt.tool.builtin import FileTools, ShellTool
 
@@ -93,12 +93,12 @@ TABLE: list[tuple[str, Any, tuple[str, str, str, str, str]]] = [
     ),
     (
         "DEFAULT+deny",
-        PermissionContext(rules=[PermissionRule(tool="*", decision="deny")]),
+        PermissionContext(rules=[PermissionRule(tool="*", decision=Decision.DENY)]),
         (DENIED, DENIED, DENIED, DENIED, DENIED),
     ),
     (
         "BYPASS+ask",
-        PermissionContext(mode=M.BYPASS, rules=[PermissionRule(tool="*", decision="ask")]),
+        PermissionContext(mode=M.BYPASS, rules=[PermissionRule(tool="*", decision=Decision.ASK)]),
         (ASKED, ASKED, ASKED, ASKED, ASKED),
     ),
 ]

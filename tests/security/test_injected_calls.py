@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
 from agentrt.errors import ModelAPIError
 from agentrt.model import ModelRequest, ScriptedModel
-from agentrt.permission import PermissionContext, PermissionMode, PermissionRule
+from agentrt.permission import Decision, PermissionContext, PermissionMode, PermissionRule
 from agentrt.server import create_app
 from agentrt.state import InMemoryStateStore
 
@@ -58,7 +58,7 @@ def answer_then(fail_first: bool) -> ScriptedModel:
 
 
 def agent_for(c: Counter, model: ScriptedModel, store: Any = None) -> ReActAgent:
-    deny = PermissionRule(tool="lookup", decision="deny", args={"q": "secret*"})
+    deny = PermissionRule(tool="lookup", decision=Decision.DENY, args={"q": "secret*"})
     return ReActAgent(
         "bot",
         model=model,

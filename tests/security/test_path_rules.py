@@ -54,7 +54,7 @@ def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def deny_secret(root: Path) -> PermissionRule:
-    return PermissionRule(tool="read_file", decision="deny", args={"path": f"{root}/secret/**"})
+    return PermissionRule(tool="read_file", decision=Decision.DENY, args={"path": f"{root}/secret/**"})
 
 
 def spellings(root: Path) -> list[str]:
@@ -97,7 +97,7 @@ def test_deny_rule_catches_every_spelling(ws: Path) -> None:
 
 def test_relative_deny_rule_resolves_against_the_tool_workspace(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir("/")
-    rule = PermissionRule(tool="read_file", decision="deny", args={"path": "secret/**"})
+    rule = PermissionRule(tool="read_file", decision=Decision.DENY, args={"path": "secret/**"})
     engine = PermissionEngine(PermissionContext(rules=[rule]))
     files = FileTools(ws)
     for path in spellings(ws):
@@ -106,14 +106,14 @@ def test_relative_deny_rule_resolves_against_the_tool_workspace(ws: Path, monkey
 
 
 def test_a_bare_name_deny_rule_matches_at_any_depth(ws: Path) -> None:
-    rule = PermissionRule(tool="*", decision="deny", args={"path": "*.txt"})
+    rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": "*.txt"})
     assert rule.matches("read_file", {"path": "pub/ok.txt"}, workspace=str(ws))
     assert rule.matches("read_file", {"file_path": "/etc/x.txt"}, workspace=str(ws))  # any path argument
 
 
 def test_directory_that_holds_denied_paths_asks(ws: Path) -> None:
     # A listing or search of a parent directory would reach the denied files: the engine asks.
-    rule = PermissionRule(tool="*", decision="deny", args={"path": f"{ws}/secret/**"})
+    rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
     engine = PermissionEngine(PermissionContext(rules=[rule]))
     files = FileTools(ws)
     call = ToolUseBlock(id="c", name="grep_files", input={"pattern": "TOP", "path": "."})
@@ -189,8 +189,8 @@ async def test_secret_content_never_reaches_the_transcript(ws: Path, mode: Permi
 
 @pytest.mark.parametrize("args", [{"pattern": "TOPSECRET", "path": "."}, {"pattern": "TOPSECRET"}])
 async def test_a_search_over_the_parent_directory_pauses(ws: Path, args: dict[str, Any]) -> None:
-    calls = [{"name": "grep_files", "input": args}]
-    rule_all = PermissionRule(tool="*", decision="deny", args={"path": f"{ws}/secret/**"})
+    calls: list[dict[str, Any]] = [{"name": "grep_files", "input": args}]
+    rule_all = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
     toolkit = Toolkit()
     toolkit.register(FileTools(ws))
     model = ScriptedModel([ToolUseBlock(id="g", name="grep_files", input=calls[0]["input"]), "done"])

@@ -28,12 +28,12 @@ from agentrt import (
     tool,
 )
 from agentrt.model import ScriptedModel
-from agentrt.permission import suggest_rules
+from agentrt.permission import Decision, suggest_rules
 from agentrt.state import InMemoryStateStore
 
 
 def deny(key: str, pattern: str, name: str = "t") -> PermissionRule:
-    return PermissionRule(tool=name, decision="deny", args={key: pattern})
+    return PermissionRule(tool=name, decision=Decision.DENY, args={key: pattern})
 
 
 # -- regular expressions -------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_allow_compares_strings_exactly() -> None:
     "name", ["Run_Command", "run_command ", "\uff52un_command", "run_command\u200b", "run-command"]
 )
 def test_tool_names_match_exactly(name: str) -> None:
-    rule = PermissionRule(tool="run_command", decision="deny")
+    rule = PermissionRule(tool="run_command", decision=Decision.DENY)
     assert not rule.matches(name, {})
     assert rule.matches("run_command", {})
 

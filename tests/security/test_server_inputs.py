@@ -8,7 +8,7 @@ server parses numbers itself, ASCII digits only, with a bounded length.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -152,7 +152,7 @@ def test_odd_content_length_is_never_a_server_error(length: str) -> None:
     """The ASGI server validates Content-Length on the wire; the app must not trip over one it passes on."""
     agent = ReActAgent("bot", "You answer.", model=ScriptedModel(["hello"]))
     app = create_app({"bot": agent}, store=InMemoryStateStore(), api_keys={"key-alice": "alice"})
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
     body = b'{"input": "hi"}'
     received = False
 
@@ -163,7 +163,7 @@ def test_odd_content_length_is_never_a_server_error(length: str) -> None:
         received = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {

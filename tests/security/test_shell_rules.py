@@ -187,7 +187,7 @@ DENY_CHAINS = [
 async def test_deny_rule_catches_the_dangerous_part_even_in_bypass_mode(tmp_path: Path, chain: str) -> None:
     marker = tmp_path / "marker"
     command = chain.format(m=marker)
-    deny = PermissionRule(tool="run_command", decision="deny", args={"command": "touch *"})
+    deny = PermissionRule(tool="run_command", decision=Decision.DENY, args={"command": "touch *"})
     reply, results = await _run(tmp_path, command, [deny], mode=PermissionMode.BYPASS)
     # Denied outright, or (when the program is computed at run time) held for approval: never run.
     if reply.generate_reason is GenerateReason.STOP:
@@ -275,7 +275,7 @@ def _hidden(draw: st.DrawFn) -> str:
 @given(_hidden())
 def test_deny_rules_match_any_part_of_the_line(line: str) -> None:
     for pattern in ("rm -rf*", r"re:rm\s+-rf.*"):
-        rule = PermissionRule(tool="run_command", decision="deny", args={"command": pattern})
+        rule = PermissionRule(tool="run_command", decision=Decision.DENY, args={"command": pattern})
         assert rule.matches("run_command", {"command": line}), (pattern, line)
 
 

@@ -317,7 +317,7 @@ def _equivalents(ascii_char: str) -> list[str]:
     candidates = {ascii_char, ascii_char.upper()}
     if ascii_char.isdigit():
         d = int(ascii_char)
-        starts = (0xFF10, 0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6, 0x2080, 0x2070, 0x1FBF0)
+        starts: tuple[int, ...] = (0xFF10, 0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6, 0x2080, 0x2070, 0x1FBF0)
         candidates |= {chr(start + d) for start in starts}
         candidates |= {"⓪" if d == 0 else chr(0x2460 + d - 1), {1: "¹", 2: "²", 3: "³"}.get(d, "")}
     else:

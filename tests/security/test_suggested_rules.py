@@ -27,7 +27,7 @@ from agentrt import (
 )
 from agentrt.errors import UserError
 from agentrt.model import ScriptedModel
-from agentrt.permission import check_answer_rule, suggest_rules
+from agentrt.permission import Decision, check_answer_rule, suggest_rules
 from agentrt.state import InMemoryStateStore
 from agentrt.tool.builtin import FileTools, ShellTool
 
@@ -231,9 +231,9 @@ def test_check_answer_rule_refuses_non_read_only_tools_in_explore(tmp_path: Path
 @pytest.mark.parametrize(
     "rule",
     [
-        PermissionRule(tool="*", decision="deny"),
-        PermissionRule(tool="run_*", decision="ask", args={"command": "*"}),
-        PermissionRule(tool="other", decision="deny"),
+        PermissionRule(tool="*", decision=Decision.DENY),
+        PermissionRule(tool="run_*", decision=Decision.ASK, args={"command": "*"}),
+        PermissionRule(tool="other", decision=Decision.DENY),
     ],
 )
 def test_check_answer_rule_accepts_deny_and_ask_rules(tmp_path: Path, rule: PermissionRule) -> None:

@@ -200,7 +200,7 @@ async def test_message_stream_streams_text_artifacts_tool_activity_and_completes
 
 
 async def test_stored_tasks_hold_each_text_block_whole_while_streams_keep_their_chunks() -> None:
-    steps = [
+    steps: list[Msg | str] = [
         Msg(
             role="assistant",
             content=[

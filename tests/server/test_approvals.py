@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 from server_agents import ALICE, parse_sse
@@ -11,10 +12,11 @@ S = "/v1/agents/bot/sessions"
 STRAY = {"results": [{"tool_call_id": "x", "confirmed": True}]}
 
 
-async def pause(client: httpx.AsyncClient, text: str = "danger the-db") -> dict:
+async def pause(client: httpx.AsyncClient, text: str = "danger the-db") -> dict[str, Any]:
     r = await client.post(f"{S}/s1/messages", json={"input": text}, headers=ALICE)
     assert r.status_code == 200
-    return r.json()["message"]
+    message: dict[str, Any] = r.json()["message"]
+    return message
 
 
 async def test_approval_round_trip(client: httpx.AsyncClient) -> None:
@@ -94,6 +96,7 @@ async def test_confirm_validation(client: httpx.AsyncClient) -> None:
     r = await client.post(f"{S}/s1/confirm", json=STRAY, headers=ALICE)
     assert r.status_code == 409
     assert "call-danger" in r.json()["error"]["message"]
+    bad: dict[str, Any]
     for bad in (
         {"results": []},
         {"results": [{"tool_call_id": "call-danger"}]},

@@ -20,7 +20,7 @@ FAILURES = [
 
 def broken_app(message: str) -> Any:
     class Broken(InMemoryStateStore):
-        async def load(self, user_id: str, session_id: str) -> Any:
+        async def load(self, user_id: str, session_id: str, *, agent: str = "") -> Any:
             raise ConnectionError(message)
 
     return create_app({"bot": make_agent(store=Broken())}, api_keys=KEYS)

@@ -135,7 +135,8 @@ def test_string_and_typed_attributes_are_separate() -> None:
     ctx = RuntimeContext(Database="by-name").put(Database, Database("typed"))
     assert ctx["Database"] == "by-name"
     assert ctx.get("Database") == "by-name"
-    assert ctx.get(Database).url == "typed"
+    db = ctx.get(Database)
+    assert db is not None and db.url == "typed"
 
 
 # -- child --------------------------------------------------------------------------------------
@@ -170,7 +171,8 @@ def test_child_is_independent_of_parent() -> None:
     parent.put(Database, Database())
     child2 = parent.child()
     child2.put(Database, Database("other"))
-    assert parent.get(Database).url == "db://"
+    db = parent.get(Database)
+    assert db is not None and db.url == "db://"
 
 
 # -- binding --------------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ def test_every_documented_type_is_covered() -> None:
 
 def test_event_constructors_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        TextDelta(R, S, A, "b", "d")  # type: ignore[misc]
+        TextDelta(R, S, A, "b", "d")  # type: ignore[call-arg]
 
 
 def test_event_dict_shapes() -> None:
@@ -339,7 +339,9 @@ def test_reducer_generate_reason_from_pause_events(event: AgentEvent, reason: Ge
 
 
 def test_reducer_generate_reason_from_run_finished() -> None:
-    final = Msg(role="assistant", content="x", metadata={"generate_reason": "max_iters"}, id=R, name=A)
+    final = Msg(
+        role="assistant", content=[TextBlock(text="x")], metadata={"generate_reason": "max_iters"}, id=R, name=A
+    )
     r = EventReducer()
     r.feed(TextDelta(**_kw(block_id="t", delta="x")))
     r.feed(RunFinished(**_kw(msg=final)))
@@ -350,7 +352,9 @@ def test_reducer_generate_reason_from_run_finished() -> None:
 
 
 def test_reducer_run_finished_overrides_pause_reason() -> None:
-    final = Msg(role="assistant", content="x", metadata={"generate_reason": "interrupted"}, id=R, name=A)
+    final = Msg(
+        role="assistant", content=[TextBlock(text="x")], metadata={"generate_reason": "interrupted"}, id=R, name=A
+    )
     events: list[AgentEvent] = [
         RequireUserConfirm(**_kw(tool_calls=[_PENDING])),
         RunFinished(**_kw(msg=final)),

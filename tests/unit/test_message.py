@@ -203,7 +203,9 @@ def test_from_dict_with_string_content_and_missing_fields() -> None:
 
 
 def test_json_round_trip_of_integers_wider_than_64_bits() -> None:
-    msg = Msg(role="user", content="x", metadata={"big": 2**70, "neg": -(2**63) - 1}, id="m", timestamp=1.0)
+    msg = Msg(
+        role="user", content=[TextBlock(text="x")], metadata={"big": 2**70, "neg": -(2**63) - 1}, id="m", timestamp=1.0
+    )
     back = Msg.from_json(msg.to_json())
     assert back.metadata == {"big": 2**70, "neg": -(2**63) - 1}
     assert type(back.metadata["big"]) is int
@@ -237,7 +239,7 @@ def test_ids_and_timestamps_are_generated() -> None:
 
 
 def test_string_content_shorthand() -> None:
-    msg = Msg(role="user", content="hi")
+    msg = Msg(role="user", content="hi")  # type: ignore[arg-type]  # the runtime shorthand under test
     assert msg.content == [TextBlock(text="hi")]
     assert msg.text == "hi"
 
@@ -284,7 +286,7 @@ def test_blocks_and_tool_calls() -> None:
 def test_generate_reason_default_and_from_metadata() -> None:
     assert Msg.assistant("x").generate_reason is GenerateReason.STOP
     for reason in GenerateReason:
-        msg = Msg(role="assistant", content="x", metadata={"generate_reason": reason.value})
+        msg = Msg(role="assistant", content=[TextBlock(text="x")], metadata={"generate_reason": reason.value})
         assert msg.generate_reason is reason
         assert Msg.from_json(msg.to_json()).generate_reason is reason
     assert Msg.assistant("x").with_metadata(generate_reason="max_iters").generate_reason is GenerateReason.MAX_ITERS
@@ -426,7 +428,7 @@ def test_fields_cannot_be_assigned(obj: Any, field: str) -> None:
 def test_invalid_state_check_cannot_be_bypassed_by_assignment() -> None:
     block = ToolResultBlock(id="c", name="f", output="o")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        block.state = "bogus"  # type: ignore[misc]
+        block.state = "bogus"  # type: ignore[misc, assignment]
     assert block.state == "success"
 
 

@@ -4,7 +4,7 @@ confirm results, permission contexts and the dangerous-path helper."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,10 @@ M = PermissionMode
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def rule(tool_glob: str, decision: str | Decision = "allow", args: Mapping[str, str] | None = None, **kw: Any):
-    return PermissionRule(tool=tool_glob, decision=decision, args=args, **kw)
+def rule(
+    tool_glob: str, decision: str | Decision = "allow", args: Mapping[str, str] | None = None, **kw: Any
+) -> PermissionRule:
+    return PermissionRule(tool=tool_glob, decision=Decision(decision), args=args, **kw)
 
 
 def check(
@@ -52,7 +54,10 @@ def check(
     implicit: bool = False,
 ) -> PermissionDecision:
     context = (
-        PermissionContext.coerce(None) if implicit else PermissionContext(mode=mode, rules=rules, workspace=workspace)
+        PermissionContext.coerce(None)
+        if implicit
+        # Rule dicts are coerced by PermissionContext itself; tests pass them on purpose.
+        else PermissionContext(mode=mode, rules=rules, workspace=workspace)  # type: ignore[arg-type]
     )
     engine = PermissionEngine(context, session)
     call = ToolUseBlock(id="call_1", name=t.name if t is not None else "ghost", input=dict(args or {}))
@@ -67,7 +72,7 @@ def make_tool(name: str = "t", **options: Any) -> Tool:
     return Tool(name=name, fn=_noop, **options)
 
 
-def returns(value: Any):
+def returns(value: Any) -> Callable[[Mapping[str, Any], RuntimeContext], Any]:
     def check_permission(args: Mapping[str, Any], ctx: RuntimeContext) -> Any:
         return value
 
@@ -269,15 +274,15 @@ def test_rule_defaults() -> None:
 
 def test_rule_bad_decision_is_user_error() -> None:
     with pytest.raises(UserError):
-        PermissionRule(tool="x", decision="sometimes")
+        PermissionRule(tool="x", decision="sometimes")  # type: ignore[arg-type]  # deliberately not a Decision
 
 
 @pytest.mark.parametrize(
     "r",
     [
         PermissionRule(tool="fs.*"),
-        PermissionRule(tool="shell", decision="deny", args={"command": "rm *"}, source="session"),
-        PermissionRule(tool="mcp__github__*", decision="ask", args={"repo": "re:acme/.*"}, source="suggested"),
+        PermissionRule(tool="shell", decision=D, args={"command": "rm *"}, source="session"),
+        PermissionRule(tool="mcp__github__*", decision=Q, args={"repo": "re:acme/.*"}, source="suggested"),
         PermissionRule(tool="x", args={}),
     ],
 )
@@ -295,7 +300,7 @@ def test_rule_dict_round_trip(r: PermissionRule) -> None:
 
 
 def test_rule_to_dict_exact_form() -> None:
-    r = PermissionRule(tool="shell", decision="ask", args={"command": "git *"}, source="session")
+    r = PermissionRule(tool="shell", decision=Q, args={"command": "git *"}, source="session")
     assert r.to_dict() == {"tool": "shell", "decision": "ask", "source": "session", "args": {"command": "git *"}}
     assert PermissionRule(tool="x").to_dict() == {"tool": "x", "decision": "allow", "source": "config"}
 
@@ -309,7 +314,7 @@ def test_rule_to_dict_copies_args() -> None:
 
 def test_rule_from_dict_defaults() -> None:
     r = PermissionRule.from_dict({"tool": "x"})
-    assert r == PermissionRule(tool="x", decision="allow", source="config")
+    assert r == PermissionRule(tool="x", decision=A, source="config")
 
 
 def test_rule_coerce_returns_rule_unchanged() -> None:
@@ -544,8 +549,8 @@ RULE_TOOLS = ("read_only", "plain", "destructive", "requires_confirmation", "che
 def test_deny_rule_always_denies(mode: PermissionMode, kind: str, where: str) -> None:
     t = make_tool(kind, **TOOLS[kind])
     deny = [rule(kind, "deny")]
-    kwargs = {"rules": deny} if where == "config" else {"session": deny}
-    result = check(t, mode=mode, **kwargs)
+    rules, session = (deny, []) if where == "config" else ([], deny)
+    result = check(t, mode=mode, rules=rules, session=session)
     assert result.decision is D
     assert "denied by rule" in result.reason
 
@@ -556,8 +561,8 @@ def test_deny_rule_always_denies(mode: PermissionMode, kind: str, where: str) ->
 def test_ask_rule_asks_except_dont_ask_denies(mode: PermissionMode, kind: str, where: str) -> None:
     t = make_tool(kind, **TOOLS[kind])
     ask = [rule(kind, "ask")]
-    kwargs = {"rules": ask} if where == "config" else {"session": ask}
-    result = check(t, {"command": "git push origin main"}, mode=mode, **kwargs)
+    rules, session = (ask, []) if where == "config" else ([], ask)
+    result = check(t, {"command": "git push origin main"}, mode=mode, rules=rules, session=session)
     if mode is M.DONT_ASK:
         assert result.decision is D
         assert not result.suggested_rules
@@ -592,8 +597,8 @@ ALLOW_RULE_TABLE = {
 def test_allow_rule(kind: str, mode: PermissionMode, expected: Decision, where: str) -> None:
     t = make_tool(kind, **TOOLS[kind])
     allow = [rule(kind, "allow")]
-    kwargs = {"rules": allow} if where == "config" else {"session": allow}
-    assert check(t, mode=mode, **kwargs).decision is expected
+    rules, session = (allow, []) if where == "config" else ([], allow)
+    assert check(t, mode=mode, rules=rules, session=session).decision is expected
 
 
 def test_allow_rule_reason() -> None:
@@ -1095,12 +1100,12 @@ def test_confirm_result_to_dict() -> None:
 
 def test_confirm_result_dict_round_trip() -> None:
     block = ToolUseBlock(id="c2", name="shell", input={"command": "ls"})
-    r = ConfirmResult(confirmed=True, tool_call=block, rules=[PermissionRule(tool="shell", decision="ask")])
+    r = ConfirmResult(confirmed=True, tool_call=block, rules=[PermissionRule(tool="shell", decision=Q)])
     back = ConfirmResult.coerce(r.to_dict())
     assert back.confirmed is True
     assert back.tool_call_id == "c2"
     assert back.edited_input == {"command": "ls"}
-    assert list(back.rules) == [PermissionRule(tool="shell", decision="ask")]
+    assert list(back.rules) == [PermissionRule(tool="shell", decision=Q)]
     plain = ConfirmResult(confirmed=False, tool_call="c1", reason="no")
     back = ConfirmResult.coerce(plain.to_dict())
     assert (back.confirmed, back.tool_call, list(back.rules), back.reason) == (False, "c1", [], "no")
@@ -1149,8 +1154,8 @@ def test_permission_context_coerces_rules_and_mode() -> None:
     assert c.mode is M.EXPLORE
     assert isinstance(c.rules, tuple)
     assert c.rules == (
-        PermissionRule(tool="fs.*", decision="deny", args={"path": "/etc/**"}),
-        PermissionRule(tool="shell", decision="ask"),
+        PermissionRule(tool="fs.*", decision=D, args={"path": "/etc/**"}),
+        PermissionRule(tool="shell", decision=Q),
     )
     assert all(isinstance(r, PermissionRule) for r in c.rules)
 

@@ -26,7 +26,7 @@ def transfer(amount: int) -> str:
     return f"moved {amount} on {NAME}"
 
 
-async def plan(request: ModelRequest) -> object:
+async def plan(request: ModelRequest) -> str | ToolUseBlock:
     last: Msg = request.messages[-1]
     results = [b for b in last.content if isinstance(b, ToolResultBlock)]
     if last.role == "user" and results:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -25,8 +26,12 @@ from agentrt import (
 )
 from agentrt import events as ev
 from agentrt.errors import ModelBehaviorError, UnexpectedModelCallError, UserError
+from agentrt.message import ContentBlock
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.state import InMemoryStateStore
+
+#: The `make_agent` fixture (tests/unit/conftest.py): ``make_agent(model, *tools, **options)``.
+MakeAgent = Callable[..., ReActAgent]
 
 
 def call(name: str, **args: Any) -> ToolUseBlock:
@@ -38,14 +43,6 @@ def results_of(request: ModelRequest) -> list[ToolResultBlock]:
     return last.blocks(ToolResultBlock)
 
 
-def make_agent(model: ScriptedModel, *tools: Any, **kwargs: Any) -> ReActAgent:
-    toolkit = Toolkit()
-    for t in tools:
-        toolkit.register(t)
-    kwargs.setdefault("state_store", InMemoryStateStore())
-    return ReActAgent("bot", "You are a test bot.", model=model, toolkit=toolkit, **kwargs)
-
-
 @tool(read_only=True)
 async def add(a: int, b: int) -> int:
     """Add two integers."""
@@ -53,7 +50,7 @@ async def add(a: int, b: int) -> int:
 
 
 # -- the basic loop ---------------------------------------------------------------------------------
-async def test_tool_call_then_answer_builds_history_and_prompt() -> None:
+async def test_tool_call_then_answer_builds_history_and_prompt(make_agent: MakeAgent) -> None:
     model = ScriptedModel([call("add", a=2, b=3), "The sum is 5."])
     agent = make_agent(model, add)
     ctx = RuntimeContext(user_id="u1", session_id="s1")
@@ -76,7 +73,7 @@ async def test_tool_call_then_answer_builds_history_and_prompt() -> None:
     assert state.revision >= 4  # input, tool call, results, answer: one checkpoint each
 
 
-async def test_second_call_continues_the_session() -> None:
+async def test_second_call_continues_the_session(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["first", "second"])
     agent = make_agent(model)
     ctx = RuntimeContext(user_id="u", session_id="s")
@@ -87,7 +84,7 @@ async def test_second_call_continues_the_session() -> None:
 
 
 # -- tool execution policy --------------------------------------------------------------------------
-async def test_parallel_safe_calls_overlap() -> None:
+async def test_parallel_safe_calls_overlap(make_agent: MakeAgent) -> None:
     barrier = asyncio.Barrier(2)
     passed: list[str] = []
 
@@ -108,7 +105,7 @@ async def test_parallel_safe_calls_overlap() -> None:
     assert [r.output for r in results_of(model.requests[1])] == ["a", "b"]  # results keep call order
 
 
-async def test_unsafe_calls_run_in_order_without_overlap() -> None:
+async def test_unsafe_calls_run_in_order_without_overlap(make_agent: MakeAgent) -> None:
     log: list[str] = []
 
     @tool(concurrency_safe=False)
@@ -154,7 +151,7 @@ async def test_toolkit_concurrency_cap_limits_overlap() -> None:
     assert peak == 2
 
 
-async def test_tool_timeout_cancels_the_tool_and_the_run_continues() -> None:
+async def test_tool_timeout_cancels_the_tool_and_the_run_continues(make_agent: MakeAgent) -> None:
     cancelled = asyncio.Event()
 
     @tool(timeout=0.05)
@@ -176,7 +173,7 @@ async def test_tool_timeout_cancels_the_tool_and_the_run_continues() -> None:
     assert cancelled.is_set()
 
 
-async def test_tool_exception_becomes_error_result() -> None:
+async def test_tool_exception_becomes_error_result(make_agent: MakeAgent) -> None:
     @tool
     def explode(x: int) -> int:
         """Fails."""
@@ -190,7 +187,7 @@ async def test_tool_exception_becomes_error_result() -> None:
     assert result.output == "Tool 'explode' failed: ValueError: bad value 7"
 
 
-async def test_bad_arguments_reach_the_model_naming_the_field() -> None:
+async def test_bad_arguments_reach_the_model_naming_the_field(make_agent: MakeAgent) -> None:
     model = ScriptedModel([call("add", a="x"), "fixed"])
     agent = make_agent(model, add)
     await agent.call("go")
@@ -199,7 +196,7 @@ async def test_bad_arguments_reach_the_model_naming_the_field() -> None:
     assert "'a'" in result.output and "'b'" in result.output
 
 
-async def test_unparseable_json_arguments_reach_the_model() -> None:
+async def test_unparseable_json_arguments_reach_the_model(make_agent: MakeAgent) -> None:
     from agentrt.model import ChatResponse, ToolCallChunk
 
     raw = [ChatResponse(tool_calls=[ToolCallChunk(index=0, id="c1", name="add", arguments="{not json at all")])]
@@ -211,7 +208,7 @@ async def test_unparseable_json_arguments_reach_the_model() -> None:
     assert "Invalid arguments for tool 'add'" in result.output
 
 
-async def test_unknown_tool_lists_available_tools() -> None:
+async def test_unknown_tool_lists_available_tools(make_agent: MakeAgent) -> None:
     model = ScriptedModel([call("subtract", a=1, b=2), "ok"])
     agent = make_agent(model, add)
     await agent.call("go")
@@ -220,7 +217,7 @@ async def test_unknown_tool_lists_available_tools() -> None:
     assert result.output == "Unknown tool 'subtract'. Available tools: add."
 
 
-async def test_max_calls_guard_refuses_with_a_reason() -> None:
+async def test_max_calls_guard_refuses_with_a_reason(make_agent: MakeAgent) -> None:
     count = 0
 
     @tool(max_calls=2, read_only=True)
@@ -238,7 +235,7 @@ async def test_max_calls_guard_refuses_with_a_reason() -> None:
     assert refused.state == "error" and "limit" in refused.output
 
 
-async def test_sync_tools_run_off_the_event_loop_thread() -> None:
+async def test_sync_tools_run_off_the_event_loop_thread(make_agent: MakeAgent) -> None:
     seen: list[int] = []
 
     @tool
@@ -257,7 +254,7 @@ class Db:
         self.name = name
 
 
-async def test_context_and_typed_dependencies_are_injected() -> None:
+async def test_context_and_typed_dependencies_are_injected(make_agent: MakeAgent) -> None:
     @tool
     async def lookup(key: str, ctx: RuntimeContext, db: Db) -> str:
         """Look up a key."""
@@ -273,20 +270,21 @@ async def test_context_and_typed_dependencies_are_injected() -> None:
     assert result.output == "alice:main:k"
 
 
-async def test_tools_see_the_bound_context() -> None:
+async def test_tools_see_the_bound_context(make_agent: MakeAgent) -> None:
     @tool
     async def who() -> str:
         """Who calls."""
         ctx = RuntimeContext.current()
         assert ctx is not None
-        return ctx["tenant"]
+        tenant: str = ctx["tenant"]
+        return tenant
 
     model = ScriptedModel([call("who"), "ok"])
     await make_agent(model, who).call("go", RuntimeContext(user_id="u", tenant="acme"))
     assert results_of(model.requests[1])[0].output == "acme"
 
 
-async def test_registering_tools_while_a_run_is_in_flight() -> None:
+async def test_registering_tools_while_a_run_is_in_flight(make_agent: MakeAgent) -> None:
     started = asyncio.Event()
     release = asyncio.Event()
 
@@ -314,7 +312,7 @@ async def test_registering_tools_while_a_run_is_in_flight() -> None:
 
 
 # -- limits and odd model behaviour ------------------------------------------------------------------
-async def test_max_iters_ends_with_a_tool_free_summary() -> None:
+async def test_max_iters_ends_with_a_tool_free_summary(make_agent: MakeAgent) -> None:
     model = ScriptedModel([call("add", a=1, b=1)] * 3 + ["Here is what I found."])
     agent = make_agent(model, add, max_iters=3)
     reply = await agent.call("loop forever")
@@ -326,7 +324,7 @@ async def test_max_iters_ends_with_a_tool_free_summary() -> None:
     assert "maximum" in last.messages[-1].text or "all 3 reasoning steps" in last.messages[-1].text
 
 
-async def test_empty_reply_gets_one_nudge() -> None:
+async def test_empty_reply_gets_one_nudge(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["", "now an answer"])
     agent = make_agent(model)
     reply = await agent.call("hello")
@@ -336,7 +334,7 @@ async def test_empty_reply_gets_one_nudge() -> None:
     assert [m.text for m in state.messages] == ["hello", "now an answer"]  # the nudge is not persisted
 
 
-async def test_empty_reply_twice_is_a_typed_error_and_keeps_the_input() -> None:
+async def test_empty_reply_twice_is_a_typed_error_and_keeps_the_input(make_agent: MakeAgent) -> None:
     model = ScriptedModel([[ThinkingBlock(thinking="hmm")], "  "])
     agent = make_agent(model)
     ctx = RuntimeContext(user_id="u", session_id="s")
@@ -346,7 +344,7 @@ async def test_empty_reply_twice_is_a_typed_error_and_keeps_the_input() -> None:
     assert [m.text for m in state.messages] == ["hello"]
 
 
-async def test_garbage_chunks_raise_a_model_error_and_lose_nothing() -> None:
+async def test_garbage_chunks_raise_a_model_error_and_lose_nothing(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["fine", [object()]])  # type: ignore[list-item]
     agent = make_agent(model)
     ctx = RuntimeContext(user_id="u", session_id="s")
@@ -357,7 +355,7 @@ async def test_garbage_chunks_raise_a_model_error_and_lose_nothing() -> None:
     assert [m.text for m in state.messages] == ["one", "fine", "two"]
 
 
-async def test_provider_error_propagates_after_input_is_saved() -> None:
+async def test_provider_error_propagates_after_input_is_saved(make_agent: MakeAgent) -> None:
     from agentrt.errors import RateLimitError
 
     model = ScriptedModel([RateLimitError("slow down", status=429)])
@@ -367,14 +365,14 @@ async def test_provider_error_propagates_after_input_is_saved() -> None:
     assert [m.text for m in (await agent.get_state("u", "s")).messages] == ["hello"]
 
 
-async def test_extra_model_call_is_reported_clearly() -> None:
+async def test_extra_model_call_is_reported_clearly(make_agent: MakeAgent) -> None:
     agent = make_agent(ScriptedModel([]))
     with pytest.raises(UnexpectedModelCallError, match="0 step"):
         await agent.call("hi")
 
 
 @pytest.mark.parametrize("bad", [123, object(), [Msg.user("ok"), "not a msg"], b"bytes"])
-async def test_bad_input_is_a_user_error_and_touches_nothing(bad: Any) -> None:
+async def test_bad_input_is_a_user_error_and_touches_nothing(bad: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(["never"])
     agent = make_agent(model)
     ctx = RuntimeContext(user_id="u", session_id="s")
@@ -393,7 +391,7 @@ def test_construction_errors_are_user_errors() -> None:
         ReActAgent("x", model=ScriptedModel([]), middlewares=[object()])  # type: ignore[list-item]
 
 
-async def test_dangling_tool_calls_from_a_dead_run_are_closed() -> None:
+async def test_dangling_tool_calls_from_a_dead_run_are_closed(make_agent: MakeAgent) -> None:
     store = InMemoryStateStore()
     dangling = Msg(role="assistant", content=[call("add", a=1, b=2)])
     await store.append("u", "s", [Msg.user("hi"), dangling], expected_revision=0, agent="bot")
@@ -407,7 +405,7 @@ async def test_dangling_tool_calls_from_a_dead_run_are_closed() -> None:
 
 
 # -- sessions and concurrency ---------------------------------------------------------------------------
-async def test_500_concurrent_sessions_do_not_cross() -> None:
+async def test_500_concurrent_sessions_do_not_cross(make_agent: MakeAgent) -> None:
     def reply(request: ModelRequest) -> Any:
         last = request.messages[-1]
         if last.role == "user" and last.has(ToolResultBlock):
@@ -436,7 +434,7 @@ async def test_500_concurrent_sessions_do_not_cross() -> None:
         assert len(state.messages) == 4
 
 
-async def test_same_session_calls_are_serialised_in_order() -> None:
+async def test_same_session_calls_are_serialised_in_order(make_agent: MakeAgent) -> None:
     seen: list[list[str]] = []
 
     def reply(request: ModelRequest) -> str:
@@ -452,7 +450,7 @@ async def test_same_session_calls_are_serialised_in_order() -> None:
     assert seen[-1] == ["m0", "re: m0", "m1", "re: m1", "m2", "re: m2", "m3", "re: m3", "m4"]
 
 
-async def test_different_sessions_run_in_parallel() -> None:
+async def test_different_sessions_run_in_parallel(make_agent: MakeAgent) -> None:
     barrier = asyncio.Barrier(5)
 
     async def reply(request: ModelRequest) -> str:
@@ -465,7 +463,7 @@ async def test_different_sessions_run_in_parallel() -> None:
     assert [r.text for r in replies] == ["ok"] * 5
 
 
-async def test_observe_adds_history_without_a_model_call() -> None:
+async def test_observe_adds_history_without_a_model_call(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["seen it"])
     agent = make_agent(model)
     ctx = RuntimeContext(user_id="u", session_id="s")
@@ -476,13 +474,13 @@ async def test_observe_adds_history_without_a_model_call() -> None:
 
 
 # -- events -----------------------------------------------------------------------------------------------
-async def test_events_in_order_with_stable_ids_and_the_reducer_rebuilds_the_reply() -> None:
-    model = ScriptedModel(
-        [
-            [ThinkingBlock(thinking="need a tool"), TextBlock(text="Let me add."), call("add", a=20, b=22)],
-            "The answer is 42.",
-        ]
-    )
+async def test_events_in_order_with_stable_ids_and_the_reducer_rebuilds_the_reply(make_agent: MakeAgent) -> None:
+    first_turn: list[ContentBlock] = [
+        ThinkingBlock(thinking="need a tool"),
+        TextBlock(text="Let me add."),
+        call("add", a=20, b=22),
+    ]
+    model = ScriptedModel([first_turn, "The answer is 42."])
     agent = make_agent(model, add)
     events = [e async for e in agent.stream_events("add them", RuntimeContext(user_id="u", session_id="s"))]
     types = [e.type for e in events]
@@ -541,7 +539,7 @@ async def test_events_in_order_with_stable_ids_and_the_reducer_rebuilds_the_repl
     assert "".join(e.delta for e in events if isinstance(e, ev.TextDelta)).endswith("The answer is 42.")
 
 
-async def test_reducer_mid_stream_shows_partial_reply() -> None:
+async def test_reducer_mid_stream_shows_partial_reply(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["one two three four"])
     agent = make_agent(model)
     reducer = ev.EventReducer()
@@ -554,7 +552,7 @@ async def test_reducer_mid_stream_shows_partial_reply() -> None:
     assert reducer.finished
 
 
-async def test_stream_reports_run_error_then_raises() -> None:
+async def test_stream_reports_run_error_then_raises(make_agent: MakeAgent) -> None:
     model = ScriptedModel([RuntimeError("provider down")])
     agent = make_agent(model)
     seen: list[str] = []
@@ -564,7 +562,7 @@ async def test_stream_reports_run_error_then_raises() -> None:
     assert seen[-1] == "run_error"
 
 
-async def test_closing_the_stream_early_checkpoints_the_session() -> None:
+async def test_closing_the_stream_early_checkpoints_the_session(make_agent: MakeAgent) -> None:
     started = asyncio.Event()
 
     @tool(read_only=True)
@@ -590,7 +588,7 @@ async def test_closing_the_stream_early_checkpoints_the_session() -> None:
 
 
 # -- interrupts -------------------------------------------------------------------------------------------
-async def test_interrupt_cancels_a_running_tool_and_returns_interrupted() -> None:
+async def test_interrupt_cancels_a_running_tool_and_returns_interrupted(make_agent: MakeAgent) -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -623,7 +621,7 @@ async def test_interrupt_cancels_a_running_tool_and_returns_interrupted() -> Non
     assert (await agent.call("go on", ctx)).text == "after"
 
 
-async def test_interrupt_only_touches_its_own_session() -> None:
+async def test_interrupt_only_touches_its_own_session(make_agent: MakeAgent) -> None:
     gate = asyncio.Event()
     both_in = asyncio.Barrier(3)
 
@@ -645,28 +643,32 @@ async def test_interrupt_only_touches_its_own_session() -> None:
 
 
 # -- middleware ---------------------------------------------------------------------------------------------
-async def test_middleware_hooks_run_in_documented_order() -> None:
+async def test_middleware_hooks_run_in_documented_order(make_agent: MakeAgent) -> None:
     log: list[str] = []
 
     class Recorder(Middleware):
         def __init__(self, tag: str) -> None:
             self.tag = tag
 
-        async def on_call(self, run: Any, next: Any) -> Msg:
+        async def on_call(self, run: Any, next: Callable[[], Awaitable[Msg]]) -> Msg:
             log.append(f"{self.tag}:call>")
             msg = await next()
             log.append(f"{self.tag}:call<")
             return msg
 
-        async def on_reasoning(self, run: Any, next: Any) -> Msg:
+        async def on_reasoning(self, run: Any, next: Callable[[], Awaitable[Msg]]) -> Msg:
             log.append(f"{self.tag}:reason")
             return await next()
 
-        async def on_model_call(self, run: Any, request: ModelRequest, next: Any) -> Msg:
+        async def on_model_call(
+            self, run: Any, request: ModelRequest, next: Callable[[ModelRequest], Awaitable[Msg]]
+        ) -> Msg:
             log.append(f"{self.tag}:model")
             return await next(request)
 
-        async def on_acting(self, run: Any, call: ToolUseBlock, next: Any) -> ToolResultBlock:
+        async def on_acting(
+            self, run: Any, call: ToolUseBlock, next: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+        ) -> ToolResultBlock:
             log.append(f"{self.tag}:act:{call.name}")
             return await next(call)
 
@@ -698,12 +700,16 @@ async def test_middleware_hooks_run_in_documented_order() -> None:
     assert model.requests[0].messages[0].text == "You are a test bot. [a] [b]"
 
 
-async def test_middleware_can_answer_for_a_tool_and_rewrite_the_request() -> None:
+async def test_middleware_can_answer_for_a_tool_and_rewrite_the_request(make_agent: MakeAgent) -> None:
     class Guard(Middleware):
-        async def on_acting(self, run: Any, call: ToolUseBlock, next: Any) -> ToolResultBlock:
+        async def on_acting(
+            self, run: Any, call: ToolUseBlock, next: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
+        ) -> ToolResultBlock:
             return ToolResultBlock(id=call.id, name=call.name, output="blocked by policy", state="denied")
 
-        async def on_model_call(self, run: Any, request: ModelRequest, next: Any) -> Msg:
+        async def on_model_call(
+            self, run: Any, request: ModelRequest, next: Callable[[ModelRequest], Awaitable[Msg]]
+        ) -> Msg:
             from agentrt.model import GenerateOptions
 
             return await next(ModelRequest(request.messages, request.tools, GenerateOptions(temperature=0.1)))
@@ -725,20 +731,20 @@ async def test_middleware_can_answer_for_a_tool_and_rewrite_the_request() -> Non
 
 
 # -- the sync edge --------------------------------------------------------------------------------------------
-async def test_call_sync_inside_a_loop_says_to_await() -> None:
+async def test_call_sync_inside_a_loop_says_to_await(make_agent: MakeAgent) -> None:
     agent = make_agent(ScriptedModel(["x"]))
     with pytest.raises(UserError, match=r"await agent\.call"):
         agent.call_sync("hi")
 
 
-def test_call_sync_outside_a_loop_works_twice() -> None:
+def test_call_sync_outside_a_loop_works_twice(make_agent: MakeAgent) -> None:
     agent = make_agent(ScriptedModel([call("add", a=1, b=2), "three", "again"]), add)
     ctx = RuntimeContext(user_id="u", session_id="s")
     assert agent.call_sync("go", ctx).text == "three"
     assert agent.call_sync("more", ctx).text == "again"  # a second event loop works too
 
 
-async def test_usage_is_summed_over_the_call() -> None:
+async def test_usage_is_summed_over_the_call(make_agent: MakeAgent) -> None:
     from agentrt.message import TokenUsage
 
     model = ScriptedModel([call("add", a=1, b=2), "3"], usage=TokenUsage(input_tokens=10, output_tokens=2))
@@ -746,7 +752,7 @@ async def test_usage_is_summed_over_the_call() -> None:
     assert reply.usage == TokenUsage(input_tokens=20, output_tokens=4)
 
 
-async def test_text_tool_calling_drives_a_text_only_model() -> None:
+async def test_text_tool_calling_drives_a_text_only_model(make_agent: MakeAgent) -> None:
     from typing import ClassVar
 
     class TextOnly(ScriptedModel):
@@ -766,7 +772,7 @@ async def test_text_tool_calling_drives_a_text_only_model() -> None:
     assert "Observation" in model.requests[1].messages[-1].text
 
 
-async def test_interrupt_while_the_state_is_loading_still_returns_interrupted() -> None:
+async def test_interrupt_while_the_state_is_loading_still_returns_interrupted(make_agent: MakeAgent) -> None:
     entered = asyncio.Event()
     release = asyncio.Event()
 

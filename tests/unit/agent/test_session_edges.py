@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -11,6 +10,7 @@ from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, To
 from agentrt import events as ev
 from agentrt.errors import InvalidTypeError, ToolDefinitionError, UserError
 from agentrt.model import ModelRequest, ScriptedModel
+from agentrt.permission import Decision
 from agentrt.state import InMemoryStateStore
 
 CTX = RuntimeContext(user_id="u", session_id="s")
@@ -120,7 +120,7 @@ def test_a_lambda_needs_a_name_and_registers_nothing_without_one() -> None:
     with pytest.raises(ToolDefinitionError, match="name"):
         toolkit.register(lambda q: q)
     assert toolkit.schemas() == []
-    named: Any = tool(lambda q: q, name="echo")
+    named = tool(name="echo")(lambda q: q)
     toolkit.register(named)
     assert [s.name for s in toolkit.schemas()] == ["echo"]
 
@@ -135,8 +135,8 @@ def test_a_rule_naming_no_registered_tool_is_reported_at_construction(caplog: py
         return command
 
     rules = [
-        PermissionRule(tool="shell", decision="deny", args={"command": "rm -rf*"}),
-        PermissionRule(tool="run_command", decision="deny", args={"command": "rm -rf*"}),
+        PermissionRule(tool="shell", decision=Decision.DENY, args={"command": "rm -rf*"}),
+        PermissionRule(tool="run_command", decision=Decision.DENY, args={"command": "rm -rf*"}),
     ]
     with caplog.at_level("WARNING", logger="agentrt.agent"):
         ReActAgent(
@@ -149,6 +149,6 @@ def test_a_rule_naming_no_registered_tool_is_reported_at_construction(caplog: py
 def test_strict_permissions_refuse_a_rule_naming_no_registered_tool() -> None:
     from agentrt.permission import PermissionContext, PermissionRule
 
-    rules = [PermissionRule(tool="shell", decision="deny", args={"command": "rm -rf*"})]
+    rules = [PermissionRule(tool="shell", decision=Decision.DENY, args={"command": "rm -rf*"})]
     with pytest.raises(UserError, match="'shell'"):
         ReActAgent("bot", model=ScriptedModel([]), permission=PermissionContext(rules=rules, strict=True))

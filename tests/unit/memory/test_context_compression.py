@@ -6,6 +6,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,12 @@ from agentrt.state import InMemoryStateStore
 SRC = str(Path(__file__).parents[3] / "src")
 CTX = RuntimeContext(user_id="u", session_id="s")
 TASK = "Read the quarterly report pages and tell me the revenue of ACME-42 in 2023."
+#: The `make_agent` fixture (tests/unit/conftest.py): ``make_agent(model, *tools, **options)``.
+MakeAgent = Callable[..., ReActAgent]
 
 
 def summariser(text: str = "SUMMARY: pages 0-3 read; ACME-42 revenue 2023 = 12.5 MEUR.") -> ScriptedModel:
     return ScriptedModel.from_function(lambda request: text, name="summariser")
-
-
-def make_agent(model: ScriptedModel, config: ContextConfig | None, **kwargs: Any) -> ReActAgent:
-    kwargs.setdefault("state_store", InMemoryStateStore())
-    return ReActAgent("bot", "You are a test bot.", model=model, context=config, **kwargs)
 
 
 async def seed(agent: ReActAgent, rounds: list[int], *, ctx: RuntimeContext = CTX) -> list[Msg]:
@@ -58,10 +56,10 @@ def view_of(request: ModelRequest) -> list[Msg]:
 
 
 # -- tier 1 -----------------------------------------------------------------------------------------
-async def test_tier1_cuts_old_tool_results_in_the_view_and_keeps_the_transcript() -> None:
+async def test_tier1_cuts_old_tool_results_in_the_view_and_keeps_the_transcript(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
     summary = summariser()
-    agent = make_agent(model, ContextConfig(max_tokens=14_000, keep_recent_rounds=2), summary_model=summary)
+    agent = make_agent(model, context=ContextConfig(max_tokens=14_000, keep_recent_rounds=2), summary_model=summary)
     history = await seed(agent, [1500] * 6)
 
     events = await events_of(agent, "continue")
@@ -88,9 +86,9 @@ async def test_tier1_cuts_old_tool_results_in_the_view_and_keeps_the_transcript(
     assert counted == step.after_tokens, "after_tokens is the count of the whole prompt that was sent"
 
 
-async def test_tier1_also_cuts_long_tool_call_arguments() -> None:
+async def test_tier1_also_cuts_long_tool_call_arguments(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
-    agent = make_agent(model, ContextConfig(max_tokens=6000, keep_recent_rounds=1), summary_model=summariser())
+    agent = make_agent(model, context=ContextConfig(max_tokens=6000, keep_recent_rounds=1), summary_model=summariser())
     body = words(3000, "code")
     call = ToolUseBlock(id="w1", name="write_file", input={"path": "/tmp/a.py", "content": body})
     await agent.observe(
@@ -111,11 +109,11 @@ async def test_tier1_also_cuts_long_tool_call_arguments() -> None:
 
 
 # -- tier 2 -----------------------------------------------------------------------------------------
-async def test_tier2_summarises_the_oldest_rounds_with_a_model_call() -> None:
+async def test_tier2_summarises_the_oldest_rounds_with_a_model_call(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
     summary = summariser()
     config = ContextConfig(max_tokens=2000, keep_recent_rounds=2, tool_result_max_chars=1000)
-    agent = make_agent(model, config, summary_model=summary)
+    agent = make_agent(model, context=config, summary_model=summary)
     history = await seed(agent, [900, 900, 900, 900, 30, 30])
 
     events = await events_of(agent, "continue")
@@ -140,13 +138,13 @@ async def test_tier2_summarises_the_oldest_rounds_with_a_model_call() -> None:
     assert last.after_tokens <= ContextCompressor(config).limits(model).trigger
 
 
-async def test_summary_prompt_keeps_numbers_names_identifiers_and_conclusions() -> None:
+async def test_summary_prompt_keeps_numbers_names_identifiers_and_conclusions(make_agent: MakeAgent) -> None:
     for phrase in ("number", "name", "identifier", "conclusion", "file paths", "URLs", "error"):
         assert phrase in SUMMARY_PROMPT
     model = ScriptedModel(["done"])
     summary = summariser()
     agent = make_agent(
-        model, ContextConfig(max_tokens=3000, keep_recent_rounds=1, max_summary_calls=1), summary_model=summary
+        model, context=ContextConfig(max_tokens=3000, keep_recent_rounds=1, max_summary_calls=1), summary_model=summary
     )
     call = ToolUseBlock(id="q1", name="sql_query", input={"query": "SELECT revenue FROM acme WHERE year=2023"})
     result = ToolResultBlock(
@@ -172,7 +170,7 @@ async def test_summary_prompt_keeps_numbers_names_identifiers_and_conclusions() 
     assert request.options.max_tokens == 2048
 
 
-async def test_summary_model_defaults_to_the_agents_model_and_its_usage_is_counted() -> None:
+async def test_summary_model_defaults_to_the_agents_model_and_its_usage_is_counted(make_agent: MakeAgent) -> None:
     usage = TokenUsage(input_tokens=100, output_tokens=10)
 
     def reply(request: ModelRequest) -> str:
@@ -181,7 +179,7 @@ async def test_summary_model_defaults_to_the_agents_model_and_its_usage_is_count
         return "done"
 
     model = ScriptedModel.from_function(reply, usage=usage)
-    agent = make_agent(model, ContextConfig(max_tokens=2000, keep_recent_rounds=1, max_summary_calls=1))
+    agent = make_agent(model, context=ContextConfig(max_tokens=2000, keep_recent_rounds=1, max_summary_calls=1))
     await seed(agent, [700, 700, 700, 700, 20])
     answer = await agent.call("continue", CTX)
     kinds = ["summary" if r.messages[0].text == SUMMARY_PROMPT else "main" for r in model.requests]
@@ -192,10 +190,11 @@ async def test_summary_model_defaults_to_the_agents_model_and_its_usage_is_count
 # -- tier 3 -----------------------------------------------------------------------------------------
 async def test_tier3_keeps_summary_and_last_rounds_when_no_summary_can_be_made(
     caplog: pytest.LogCaptureFixture,
+    make_agent: MakeAgent,
 ) -> None:
     model = ScriptedModel(["done"])
     broken = ScriptedModel([RuntimeError("summary service down")], name="summariser")
-    agent = make_agent(model, ContextConfig(max_tokens=3000, keep_recent_rounds=2), summary_model=broken)
+    agent = make_agent(model, context=ContextConfig(max_tokens=3000, keep_recent_rounds=2), summary_model=broken)
     history = await seed(agent, [600, 600, 600, 600, 20, 20])
 
     with caplog.at_level(logging.WARNING, logger="agentrt.memory"):
@@ -214,11 +213,11 @@ async def test_tier3_keeps_summary_and_last_rounds_when_no_summary_can_be_made(
     assert state.messages[: len(history)] == history
 
 
-async def test_tier3_with_summaries_disabled() -> None:
+async def test_tier3_with_summaries_disabled(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
     summary = summariser()
     agent = make_agent(
-        model, ContextConfig(max_tokens=3000, keep_recent_rounds=1, max_summary_calls=0), summary_model=summary
+        model, context=ContextConfig(max_tokens=3000, keep_recent_rounds=1, max_summary_calls=0), summary_model=summary
     )
     await seed(agent, [600, 600, 600, 20])
     events = await events_of(agent, "go on")
@@ -229,7 +228,7 @@ async def test_tier3_with_summaries_disabled() -> None:
 
 
 # -- the iterative loop -----------------------------------------------------------------------------
-async def test_compression_grows_with_the_run_and_stays_under_the_trigger() -> None:
+async def test_compression_grows_with_the_run_and_stays_under_the_trigger(make_agent: MakeAgent) -> None:
     @tool(read_only=True)
     def fetch(page: int) -> str:
         """Fetch one page."""
@@ -239,7 +238,7 @@ async def test_compression_grows_with_the_run_and_stays_under_the_trigger() -> N
     model = ScriptedModel([*steps, "all read"])
     summary = summariser()
     config = ContextConfig(max_tokens=5000, keep_recent_rounds=2)
-    agent = make_agent(model, config, toolkit=Toolkit([fetch]), summary_model=summary, max_iters=20)
+    agent = make_agent(model, context=config, toolkit=Toolkit([fetch]), summary_model=summary, max_iters=20)
 
     events = await events_of(agent, TASK)
 
@@ -258,9 +257,9 @@ async def test_compression_grows_with_the_run_and_stays_under_the_trigger() -> N
     assert sum(1 for m in state.messages if m.role == "assistant") == 15
 
 
-async def test_under_the_trigger_nothing_happens() -> None:
+async def test_under_the_trigger_nothing_happens(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
-    agent = make_agent(model, ContextConfig(max_tokens=100_000), summary_model=summariser())
+    agent = make_agent(model, context=ContextConfig(max_tokens=100_000), summary_model=summariser())
     await seed(agent, [200] * 3)
     events = await events_of(agent, "continue")
     assert compressed(events) == []
@@ -269,10 +268,10 @@ async def test_under_the_trigger_nothing_happens() -> None:
 
 
 # -- overflow ---------------------------------------------------------------------------------------
-async def test_context_window_error_forces_compression_and_one_retry() -> None:
+async def test_context_window_error_forces_compression_and_one_retry(make_agent: MakeAgent) -> None:
     model = ScriptedModel([ContextWindowExceededError("prompt is too long", status=400), "done"])
     summary = summariser()
-    agent = make_agent(model, ContextConfig(max_tokens=100_000, keep_recent_rounds=1), summary_model=summary)
+    agent = make_agent(model, context=ContextConfig(max_tokens=100_000, keep_recent_rounds=1), summary_model=summary)
     await seed(agent, [600] * 4)
 
     events = await events_of(agent, "continue")
@@ -288,35 +287,35 @@ async def test_context_window_error_forces_compression_and_one_retry() -> None:
     model.assert_complete()
 
 
-async def test_a_second_overflow_propagates() -> None:
+async def test_a_second_overflow_propagates(make_agent: MakeAgent) -> None:
     model = ScriptedModel([ContextWindowExceededError("too long"), ContextWindowExceededError("still too long")])
-    agent = make_agent(model, ContextConfig(max_tokens=100_000), summary_model=summariser())
+    agent = make_agent(model, context=ContextConfig(max_tokens=100_000), summary_model=summariser())
     await seed(agent, [600] * 4)
     with pytest.raises(ContextWindowExceededError, match="still too long"):
         await agent.call("continue", CTX)
     assert len(model.requests) == 2, "exactly one retry"
 
 
-async def test_overflow_with_nothing_to_compress_propagates_without_retry() -> None:
+async def test_overflow_with_nothing_to_compress_propagates_without_retry(make_agent: MakeAgent) -> None:
     model = ScriptedModel([ContextWindowExceededError("too long")])
-    agent = make_agent(model, ContextConfig(max_tokens=100_000), summary_model=summariser())
+    agent = make_agent(model, context=ContextConfig(max_tokens=100_000), summary_model=summariser())
     with pytest.raises(ContextWindowExceededError):
         await agent.call("hello", CTX)
     assert len(model.requests) == 1
 
 
-async def test_overflow_without_context_config_propagates() -> None:
+async def test_overflow_without_context_config_propagates(make_agent: MakeAgent) -> None:
     model = ScriptedModel([ContextWindowExceededError("too long")])
-    agent = make_agent(model, None)
+    agent = make_agent(model, context=None)
     with pytest.raises(ContextWindowExceededError):
         await agent.call("hello", CTX)
 
 
 # -- the API: compress(ctx) and the compress_context tool ---------------------------------------------
-async def test_agent_compress_compresses_now_and_persists() -> None:
+async def test_agent_compress_compresses_now_and_persists(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["done"])
     summary = summariser()
-    agent = make_agent(model, ContextConfig(keep_recent_rounds=1), summary_model=summary)
+    agent = make_agent(model, context=ContextConfig(keep_recent_rounds=1), summary_model=summary)
     history = await seed(agent, [400] * 4)
 
     events = await agent.compress(CTX)
@@ -346,7 +345,7 @@ class LockWatchingStore(InMemoryStateStore):
         return super().session_lock(*args, **kwargs)
 
 
-async def test_compress_works_without_a_context_config_and_waits_for_the_session() -> None:
+async def test_compress_works_without_a_context_config_and_waits_for_the_session(make_agent: MakeAgent) -> None:
     gate = asyncio.Event()
     started = asyncio.Event()
     store = LockWatchingStore()
@@ -357,7 +356,7 @@ async def test_compress_works_without_a_context_config_and_waits_for_the_session
         return "done"
 
     model = ScriptedModel.from_function(slow)
-    agent = make_agent(model, None, summary_model=summariser(), state_store=store)
+    agent = make_agent(model, context=None, summary_model=summariser(), state_store=store)
     await seed(agent, [400] * 4)
     call = asyncio.create_task(agent.call("continue", CTX))
     await started.wait()  # the call holds the session lock
@@ -374,10 +373,12 @@ async def test_compress_works_without_a_context_config_and_waits_for_the_session
     assert agent._context is None, "an explicit compress does not turn on automatic compression"
 
 
-async def test_compress_context_tool() -> None:
+async def test_compress_context_tool(make_agent: MakeAgent) -> None:
     model = ScriptedModel([ToolUseBlock(id="cc", name="compress_context", input={}), "done"])
     agent = make_agent(
-        model, ContextConfig(max_tokens=100_000, keep_recent_rounds=1, expose_tool=True), summary_model=summariser()
+        model,
+        context=ContextConfig(max_tokens=100_000, keep_recent_rounds=1, expose_tool=True),
+        summary_model=summariser(),
     )
     await seed(agent, [400] * 4)
     await agent.call("continue", CTX)
@@ -392,7 +393,7 @@ async def test_compress_context_tool() -> None:
 
 
 # -- integration details ----------------------------------------------------------------------------
-async def test_model_call_middleware_sees_the_compressed_prompt() -> None:
+async def test_model_call_middleware_sees_the_compressed_prompt(make_agent: MakeAgent) -> None:
     seen: list[int] = []
 
     class Spy(Middleware):
@@ -402,16 +403,19 @@ async def test_model_call_middleware_sees_the_compressed_prompt() -> None:
 
     model = ScriptedModel(["done"])
     agent = make_agent(
-        model, ContextConfig(max_tokens=3000, keep_recent_rounds=1), summary_model=summariser(), middlewares=[Spy()]
+        model,
+        context=ContextConfig(max_tokens=3000, keep_recent_rounds=1),
+        summary_model=summariser(),
+        middlewares=[Spy()],
     )
     await seed(agent, [600] * 4)
     await agent.call("continue", CTX)
     assert seen == [len(model.requests[0].messages)] and seen[0] < 10
 
 
-async def test_provider_usage_calibrates_the_count() -> None:
+async def test_provider_usage_calibrates_the_count(make_agent: MakeAgent) -> None:
     model = ScriptedModel(["one", "two"], usage=TokenUsage(input_tokens=1000, output_tokens=1))
-    agent = make_agent(model, ContextConfig(max_tokens=100_000))
+    agent = make_agent(model, context=ContextConfig(max_tokens=100_000))
     await agent.call("hello", CTX)
     compressor = agent._context
     assert compressor is not None
@@ -419,14 +423,14 @@ async def test_provider_usage_calibrates_the_count() -> None:
     assert compressor.counter.ratio(model) > 1.5, "the provider counted more than our estimate"
 
 
-async def test_a_compressed_session_reads_back_the_same_view_after_reload() -> None:
+async def test_a_compressed_session_reads_back_the_same_view_after_reload(make_agent: MakeAgent) -> None:
     store = InMemoryStateStore()
     model = ScriptedModel(["done", "again"])
     config = ContextConfig(max_tokens=2000, keep_recent_rounds=2, tool_result_max_chars=1000)
-    agent = make_agent(model, config, summary_model=summariser(), state_store=store)
+    agent = make_agent(model, context=config, summary_model=summariser(), state_store=store)
     await seed(agent, [900, 900, 900, 900, 30, 30])
     await agent.call("continue", CTX)
-    other = make_agent(model, config, summary_model=summariser(), state_store=store)
+    other = make_agent(model, context=config, summary_model=summariser(), state_store=store)
     state = await other.get_state("u", "s")
     view = ContextCompressor(config).view(state)
     assert view[0].text.startswith("<summary>") and view[0].text == f"<summary>\n{state.summary}\n</summary>"

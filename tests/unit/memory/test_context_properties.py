@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from memtest_helpers import FakeRun, check_prompt
 
 from agentrt.memory.compression import ContextCompressor, ContextConfig, is_round_start_safe, round_starts
-from agentrt.message import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from agentrt.message import ContentBlock, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from agentrt.model import ModelRequest, ScriptedModel
 
 SYSTEM = Msg.system("You are a careful assistant.")
@@ -55,7 +55,9 @@ def tool_round(draw: Any) -> list[Msg]:
     if draw(st.booleans()):
         content.append(TextBlock(text=draw(texts)))
     assistant = Msg(role="assistant", content=[*content, *calls])
-    results = [ToolResultBlock(id=c.id, name=c.name, output=_filler(draw(sizes()), draw(st.booleans()))) for c in calls]
+    results: list[ContentBlock] = [
+        ToolResultBlock(id=c.id, name=c.name, output=_filler(draw(sizes()), draw(st.booleans()))) for c in calls
+    ]
     if len(results) > 1 and draw(st.booleans()):
         # results of one turn split over two messages (e.g. an approval answered later)
         return [assistant, Msg(role="user", content=results[:1]), Msg(role="user", content=results[1:])]

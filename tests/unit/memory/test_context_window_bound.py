@@ -207,7 +207,9 @@ class Conversation:
             assert error.body["message_tokens"] > 0 and f"{self.usable:,} tokens" in str(error)
             assert state.messages[-1].id == msg.id, "the refused message stays in the session"
             if streaming:
-                assert events[-1].type == "run_error" and "ContextWindowExceeded" in events[-1].error_type
+                last = events[-1]
+                assert last.type == "run_error" and isinstance(last, ev.RunError)
+                assert "ContextWindowExceeded" in last.error_type
             event("refused")
         assert any(m.id == msg.id for m in state.messages), "nothing is lost from the session"
 

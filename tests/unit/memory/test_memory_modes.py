@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ from agentrt.memory import MemoryItem, SqliteLongTermMemory
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.state import InMemoryStateStore
 
-SYSTEM = "You are a test bot."
+SYSTEM = "You are a test bot."  # the system prompt of the make_agent fixture (tests/unit/conftest.py)
 ALICE = RuntimeContext(user_id="alice", session_id="s1")
+#: The `make_agent` fixture (tests/unit/conftest.py): ``make_agent(model, *tools, **options)``.
+MakeAgent = Callable[..., ReActAgent]
 
 
 @pytest.fixture
@@ -29,19 +32,14 @@ async def memory(tmp_path: Path) -> Any:
     await mem.close()
 
 
-def agent_with(model: ScriptedModel, memory: Any, **kwargs: Any) -> ReActAgent:
-    kwargs.setdefault("state_store", InMemoryStateStore())
-    return ReActAgent("bot", SYSTEM, model=model, long_term_memory=memory, **kwargs)
-
-
 def tool_names(request: ModelRequest) -> list[str]:
     return [t.name for t in request.tools]
 
 
 # -- static -----------------------------------------------------------------------------------------
-async def test_static_mode_injects_relevant_memories_into_the_system_prompt(memory: Any) -> None:
+async def test_static_mode_injects_relevant_memories_into_the_system_prompt(memory: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(["Espresso, then."])
-    agent = agent_with(model, memory, memory_mode="static")
+    agent = make_agent(model, long_term_memory=memory, memory_mode="static")
     await agent.call("Which coffee should I order?", ALICE)
     system = model.requests[0].messages[0]
     assert system.role == "system" and system.text.startswith(SYSTEM + "\n\n<long_term_memory>\n")
@@ -52,14 +50,14 @@ async def test_static_mode_injects_relevant_memories_into_the_system_prompt(memo
     assert all("<long_term_memory>" not in m.text for m in state.messages), "memories are not stored in the session"
 
 
-async def test_static_mode_leaves_the_prompt_alone_when_nothing_matches(memory: Any) -> None:
+async def test_static_mode_leaves_the_prompt_alone_when_nothing_matches(memory: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(["Hello!"])
-    agent = agent_with(model, memory, memory_mode="static")
+    agent = make_agent(model, long_term_memory=memory, memory_mode="static")
     await agent.call("hi", ALICE)
     assert model.requests[0].messages[0].text == SYSTEM
 
 
-async def test_static_mode_survives_a_failing_memory(caplog: pytest.LogCaptureFixture) -> None:
+async def test_static_mode_survives_a_failing_memory(caplog: pytest.LogCaptureFixture, make_agent: MakeAgent) -> None:
     class Broken:
         async def record(self, user_id: str, texts: Any) -> list[MemoryItem]:
             raise RuntimeError("down")
@@ -67,7 +65,7 @@ async def test_static_mode_survives_a_failing_memory(caplog: pytest.LogCaptureFi
         retrieve = forget = list = record
 
     model = ScriptedModel(["fine"])
-    agent = agent_with(model, Broken(), memory_mode="static")
+    agent = make_agent(model, long_term_memory=Broken(), memory_mode="static")
     with caplog.at_level(logging.WARNING, logger="agentrt.agent"):
         reply = await agent.call("coffee?", ALICE)
     assert reply.text == "fine" and "retrieval failed" in caplog.text
@@ -81,7 +79,7 @@ async def test_static_mode_with_no_system_prompt(memory: Any) -> None:
 
 
 # -- agent-controlled ---------------------------------------------------------------------------------
-async def test_agent_mode_remember_and_recall_tools(memory: Any) -> None:
+async def test_agent_mode_remember_and_recall_tools(memory: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(
         [
             ToolUseBlock(id="r1", name="remember", input={"facts": ["The user's cat is called Miso"]}),
@@ -89,7 +87,7 @@ async def test_agent_mode_remember_and_recall_tools(memory: Any) -> None:
             "Your cat is Miso.",
         ]
     )
-    agent = agent_with(model, memory, memory_mode="agent")
+    agent = make_agent(model, long_term_memory=memory, memory_mode="agent")
     reply = await agent.call("My cat is called Miso. Remember that.", ALICE)
     assert reply.text == "Your cat is Miso."
     assert model.requests[0].messages[0].text == SYSTEM, "agent mode injects nothing"
@@ -97,12 +95,13 @@ async def test_agent_mode_remember_and_recall_tools(memory: Any) -> None:
     [remembered] = model.requests[1].messages[-1].blocks(ToolResultBlock)
     assert remembered.output == "Remembered 1 fact(s)."
     [recalled] = model.requests[2].messages[-1].blocks(ToolResultBlock)
+    assert isinstance(recalled.output, str)
     assert recalled.output.startswith("Remembered facts") and "- The user's cat is called Miso" in recalled.output
     assert "The user's cat is called Miso" in [i.text for i in await memory.list("alice")]
     assert "Miso" not in str([i.text for i in await memory.list("bob")])
 
 
-async def test_memory_tools_validate_arguments(memory: Any) -> None:
+async def test_memory_tools_validate_arguments(memory: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(
         [
             ToolUseBlock(id="a", name="remember", input={"facts": []}),
@@ -111,16 +110,16 @@ async def test_memory_tools_validate_arguments(memory: Any) -> None:
             "ok",
         ]
     )
-    agent = agent_with(model, memory, memory_mode="agent")
+    agent = make_agent(model, long_term_memory=memory, memory_mode="agent")
     await agent.call("go", ALICE)
     outputs = [r.output for req in model.requests[1:] for r in req.messages[-1].blocks(ToolResultBlock)]
     assert "non-empty list" in outputs[0] and "non-empty string" in outputs[1]
     assert outputs[2] == "Nothing remembered matches that."
 
 
-async def test_both_mode_injects_and_offers_tools(memory: Any) -> None:
+async def test_both_mode_injects_and_offers_tools(memory: Any, make_agent: MakeAgent) -> None:
     model = ScriptedModel(["ok"])
-    agent = agent_with(model, memory)  # "both" is the default
+    agent = make_agent(model, long_term_memory=memory)  # "both" is the default
     assert agent.memory_mode == "both"
     await agent.call("Do I like coffee?", ALICE)
     assert "strong coffee" in model.requests[0].messages[0].text
@@ -128,7 +127,7 @@ async def test_both_mode_injects_and_offers_tools(memory: Any) -> None:
 
 
 # -- extraction -------------------------------------------------------------------------------------
-async def test_extraction_runs_after_the_reply_and_deduplicates(memory: Any) -> None:
+async def test_extraction_runs_after_the_reply_and_deduplicates(memory: Any, make_agent: MakeAgent) -> None:
     release, called = asyncio.Event(), asyncio.Event()
     seen: list[ModelRequest] = []
 
@@ -142,8 +141,12 @@ async def test_extraction_runs_after_the_reply_and_deduplicates(memory: Any) -> 
         )
 
     model = ScriptedModel(["Noted!"])
-    agent = agent_with(
-        model, memory, memory_mode="static", memory_extraction=True, summary_model=ScriptedModel.from_function(extract)
+    agent = make_agent(
+        model,
+        long_term_memory=memory,
+        memory_mode="static",
+        memory_extraction=True,
+        summary_model=ScriptedModel.from_function(extract),
     )
     reply = await agent.call("I'm vegetarian and I use metric units. Any recipe ideas?", ALICE)
 
@@ -166,10 +169,14 @@ async def test_extraction_runs_after_the_reply_and_deduplicates(memory: Any) -> 
     ]
 
 
-async def test_extraction_errors_are_logged_not_raised(memory: Any, caplog: pytest.LogCaptureFixture) -> None:
+async def test_extraction_errors_are_logged_not_raised(
+    memory: Any, caplog: pytest.LogCaptureFixture, make_agent: MakeAgent
+) -> None:
     model = ScriptedModel(["ok"])
     broken = ScriptedModel([RuntimeError("extraction model down")])
-    agent = agent_with(model, memory, memory_mode="static", memory_extraction=True, summary_model=broken)
+    agent = make_agent(
+        model, long_term_memory=memory, memory_mode="static", memory_extraction=True, summary_model=broken
+    )
     with caplog.at_level(logging.ERROR, logger="agentrt.memory"):
         assert (await agent.call("remember I like jazz", ALICE)).text == "ok"
         await agent.drain()
@@ -177,31 +184,35 @@ async def test_extraction_errors_are_logged_not_raised(memory: Any, caplog: pyte
     assert len(await memory.list("alice")) == 2
 
 
-async def test_extraction_skips_paused_calls_and_empty_inputs(memory: Any) -> None:
+async def test_extraction_skips_paused_calls_and_empty_inputs(memory: Any, make_agent: MakeAgent) -> None:
     summary = ScriptedModel([])
     model = ScriptedModel(["ok"])
-    agent = agent_with(model, memory, memory_extraction=True, memory_mode="static", summary_model=summary)
+    agent = make_agent(
+        model, long_term_memory=memory, memory_extraction=True, memory_mode="static", summary_model=summary
+    )
     await agent.call(None, ALICE)
     await agent.drain()
     assert summary.requests == []
 
 
-def test_call_sync_waits_for_extraction(tmp_path: Path) -> None:
+def test_call_sync_waits_for_extraction(tmp_path: Path, make_agent: MakeAgent) -> None:
     memory = SqliteLongTermMemory(tmp_path / "m.db")
     model = ScriptedModel(["ok"])
     summary = ScriptedModel(['["The user plays the cello"]'])
-    agent = agent_with(model, memory, memory_mode="static", memory_extraction=True, summary_model=summary)
+    agent = make_agent(
+        model, long_term_memory=memory, memory_mode="static", memory_extraction=True, summary_model=summary
+    )
     assert agent.call_sync("I play the cello", ALICE).text == "ok"
     items = asyncio.run(memory.list("alice"))
     assert [i.text for i in items] == ["The user plays the cello"]
     asyncio.run(memory.close())
 
 
-async def test_explicit_extraction(memory: Any) -> None:
+async def test_explicit_extraction(memory: Any, make_agent: MakeAgent) -> None:
     from agentrt import Msg
 
     summary = ScriptedModel(['["The user works night shifts"]'])
-    agent = agent_with(ScriptedModel([]), memory, summary_model=summary)
+    agent = make_agent(ScriptedModel([]), long_term_memory=memory, summary_model=summary)
     items = await agent.extract_memories(ALICE, [Msg.user("I work nights"), Msg.assistant("Got it")])
     assert [i.text for i in items] == ["The user works night shifts"]
 

@@ -165,7 +165,7 @@ async def test_record_rejects_non_texts(tmp_path: Path) -> None:
     memory = SqliteLongTermMemory(tmp_path / "m.db")
     with pytest.raises(UserError, match="texts or MemoryItems"):
         await memory.record("u", [42])  # type: ignore[list-item]
-    assert [i.text for i in await memory.record("u", "a single string")] == ["a single string"]  # type: ignore[arg-type]
+    assert [i.text for i in await memory.record("u", "a single string")] == ["a single string"]
     await memory.close()
 
 

@@ -29,6 +29,9 @@ class RecordingListener:
     def on_tool_delta(self, index: int, call_id: str, delta: str) -> None:
         self.events.append(("delta", index, call_id, delta))
 
+    def on_restart(self, reason: str) -> None:
+        self.events.append(("restart", reason))
+
 
 def feed(*chunks: ChatResponse, listener: RecordingListener | None = None) -> ReplyAccumulator:
     acc = ReplyAccumulator(listener)

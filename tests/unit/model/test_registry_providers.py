@@ -3,6 +3,7 @@ resilience defaults, lazy imports and install hints."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import types
@@ -256,7 +257,7 @@ def test_missing_sdk_inside_the_provider_module(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "anthropic", None)
     monkeypatch.delitem(sys.modules, "agentrt.model.providers.anthropic", raising=False)
     monkeypatch.setattr(
-        registry_module.importlib,
+        importlib,  # the module whose import_module agentrt.model.registry calls
         "import_module",
         lambda name: __import__("anthropic") if name.endswith(".anthropic") else None,
     )
@@ -268,7 +269,7 @@ def test_import_errors_of_other_modules_are_not_masked(monkeypatch: pytest.Monke
     def broken(name: str) -> Any:
         raise ModuleNotFoundError("No module named 'some_bug'", name="some_bug")
 
-    monkeypatch.setattr(registry_module.importlib, "import_module", broken)
+    monkeypatch.setattr(importlib, "import_module", broken)  # as agentrt.model.registry calls it
     with pytest.raises(ModuleNotFoundError, match="some_bug"):
         model_from_id("anthropic:claude", api_key="k")
 

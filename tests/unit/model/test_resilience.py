@@ -22,6 +22,7 @@ from agentrt.errors import (
     RateLimitError,
     UserError,
 )
+from agentrt.events import RunFinished
 from agentrt.message import Msg
 from agentrt.model import ChatModel, ChatResponse, FallbackModel, GenerateOptions, RetryModel, ScriptedModel, ToolSchema
 from agentrt.model import resilience as resilience_module
@@ -65,7 +66,7 @@ class FakeModel(ChatModel):
 
 
 def text(*words: str) -> list[Step]:
-    return [ChatResponse(text=w) for w in words] + [ChatResponse(finish_reason="stop")]
+    return [*(ChatResponse(text=w) for w in words), ChatResponse(finish_reason="stop")]
 
 
 @pytest.fixture
@@ -370,7 +371,7 @@ def test_fallback_model_validation() -> None:
     with pytest.raises(UserError, match="at least one fallback"):
         FallbackModel(ScriptedModel())
     with pytest.raises(UserError, match="Exception subclasses"):
-        FallbackModel(ScriptedModel(), ScriptedModel(), fallback_on=(KeyboardInterrupt,))  # type: ignore[arg-type]
+        FallbackModel(ScriptedModel(), ScriptedModel(), fallback_on=(KeyboardInterrupt,))
     with pytest.raises(UserError, match="takes ChatModels"):
         FallbackModel(ScriptedModel(), "openai:gpt-4o")  # type: ignore[arg-type]
 
@@ -392,6 +393,7 @@ async def test_agent_discards_the_failed_partial_reply() -> None:
     assert [e.type for e in events if e.type == "model_restarted"] == ["model_restarted"]
     final = events[-1]
     assert final.type == "run_finished"
+    assert isinstance(final, RunFinished)
     assert final.msg.text == "The answer is 42."
 
 

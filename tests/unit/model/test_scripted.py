@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from agentrt.errors import ModelAPIError, ModelError, UnexpectedModelCallError
 from agentrt.message import (
     AudioBlock,
+    ContentBlock,
     ImageBlock,
     Msg,
     TextBlock,
@@ -89,7 +90,7 @@ async def test_tool_use_step_with_generated_id_and_metadata() -> None:
 
 
 async def test_list_of_blocks_gives_several_tool_calls_with_indices(collect: Any) -> None:
-    blocks = [
+    blocks: list[ContentBlock] = [
         TextBlock(text="Let me look."),
         ToolUseBlock(id="a", name="read", input={"path": "a"}),
         ToolUseBlock(id="b", name="read", input={"path": "b"}),
@@ -105,7 +106,7 @@ async def test_list_of_blocks_gives_several_tool_calls_with_indices(collect: Any
 
 
 async def test_thinking_block_in_list() -> None:
-    blocks = [ThinkingBlock(thinking="ponder", signature="sig"), TextBlock(text="answer")]
+    blocks: list[ContentBlock] = [ThinkingBlock(thinking="ponder", signature="sig"), TextBlock(text="answer")]
     reply = await ScriptedModel([blocks]).generate(PROMPT)
     assert reply.content == blocks
 
@@ -132,7 +133,7 @@ async def test_msg_step() -> None:
 
 
 async def test_list_with_media_blocks() -> None:
-    blocks = [ImageBlock(source="u1"), AudioBlock(source="u2"), VideoBlock(source="u3")]
+    blocks: list[ContentBlock] = [ImageBlock(source="u1"), AudioBlock(source="u2"), VideoBlock(source="u3")]
     reply = await ScriptedModel([blocks]).generate(PROMPT)
     assert reply.content == blocks
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import importlib
 import struct
 import sys
 import types
@@ -307,13 +308,13 @@ def _fake_tiktoken(monkeypatch: pytest.MonkeyPatch, get_encoding: Any) -> None:
 
 def test_missing_tiktoken_falls_back_once(monkeypatch: pytest.MonkeyPatch) -> None:
     imports: list[str] = []
-    real_import = tokens.importlib.import_module
+    real_import = importlib.import_module  # the function agentrt.model.tokens calls
 
     def spy(name: str, package: str | None = None) -> Any:
         imports.append(name)
         return real_import(name, package)
 
-    monkeypatch.setattr(tokens.importlib, "import_module", spy)
+    monkeypatch.setattr(importlib, "import_module", spy)
     for _ in range(5):
         assert count_text_tokens(ZH, "gpt-4o") == estimate_text_tokens(ZH)
         assert count_tokens([Msg.user(EN)], "claude-3-5-sonnet") > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from agentrt import ReActAgent
 from agentrt.context import RuntimeContext
 from agentrt.message import Msg
 from agentrt.model import ScriptedModel
+from agentrt.state.base import StateView
 from agentrt.state.cache import SessionCache
 from agentrt.state.stores.sqlite import SqliteStateStore
 
@@ -47,8 +49,8 @@ async def test_a_warm_call_reads_only_new_messages(tmp_path: Path) -> None:
         read: list[int] = []
         original = store.load_view
 
-        async def counting(*args: object, **kwargs: object) -> object:
-            view = await original(*args, **kwargs)  # type: ignore[arg-type]
+        async def counting(*args: Any, **kwargs: Any) -> StateView | None:
+            view = await original(*args, **kwargs)
             if view is not None:
                 read.append(len(view.state.messages))
             return view

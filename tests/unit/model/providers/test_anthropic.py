@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,14 +159,12 @@ async def test_stream_chunks_thinking_signature_text_and_split_tool_json(
     for piece in pieces:  # really split mid-JSON
         with pytest.raises(ValueError):
             json.loads(piece)
-    first = {
-        kind: next(i for i, c in enumerate(chunks) if pred(c))
-        for kind, pred in [
-            ("thinking", lambda c: c.thinking),
-            ("text", lambda c: c.text),
-            ("call", lambda c: c.tool_calls),
-        ]
-    }
+    predicates: list[tuple[str, Callable[[ChatResponse], object]]] = [
+        ("thinking", lambda c: c.thinking),
+        ("text", lambda c: c.text),
+        ("call", lambda c: c.tool_calls),
+    ]
+    first = {kind: next(i for i, c in enumerate(chunks) if pred(c)) for kind, pred in predicates}
     assert first["thinking"] < first["text"] < first["call"]
     final = chunks[-1]
     assert final.finish_reason == "tool_calls"
@@ -779,7 +777,7 @@ async def test_model_from_id_reaches_the_server(server: WireServer) -> None:
 async def test_abandoned_stream_releases_the_connection(server: WireServer, model: AnthropicChatModel) -> None:
     server.add(Reply(sse=anthropic_message([{"type": "text", "text": "a long answer " * 20}])), text_reply("next"))
     stream = model.stream([Msg.user("hi")])
-    first = await stream.__anext__()  # type: ignore[attr-defined]
+    first = await stream.__anext__()
     assert first.text
     await stream.aclose()  # type: ignore[attr-defined]  # e.g. the run was interrupted
     assert (await model.generate([Msg.user("again")])).text == "next"

@@ -836,7 +836,7 @@ async def test_model_from_id_reaches_the_server(server: WireServer, prefix: str)
 async def test_abandoned_stream_releases_the_connection(server: WireServer, model: GeminiChatModel) -> None:
     server.add(sse(*[gemini_chunk([{"text": f"part {i} "}]) for i in range(10)]), text_reply("next"))
     stream = model.stream([Msg.user("hi")])
-    first = await stream.__anext__()  # type: ignore[attr-defined]
+    first = await stream.__anext__()
     assert first.text == "part 0 "
     await stream.aclose()  # type: ignore[attr-defined]  # e.g. the run was interrupted
     assert (await model.generate([Msg.user("again")])).text == "next"

@@ -72,7 +72,7 @@ def body(
     fmt = fmt or ChatCompletionsFormat()
     out = fmt.body(model, messages, tools or [], options or GenerateOptions(), stream=stream, stream_usage=True)
     # Round-trip through JSON: what is validated and compared is exactly what goes on the wire.
-    wire = json.loads(json.dumps(out))
+    wire: dict[str, Any] = json.loads(json.dumps(out))
     openai_schema.assert_valid(wire)
     return wire
 

@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 
 from agentrt import ReActAgent, RuntimeContext, TextBlock, Toolkit, ToolUseBlock, tool
+from agentrt import events as ev
 from agentrt.errors import (
     AuthenticationError,
     ContextWindowExceededError,
@@ -744,7 +745,7 @@ async def test_stream_cut_mid_tool_call_falls_back(server: FakeOpenAI, server2: 
             events.append(event)
     finally:
         await model.aclose()
-    restarts = [e for e in events if e.type == "model_restarted"]
+    restarts = [e for e in events if isinstance(e, ev.ModelRestarted)]
     assert len(restarts) == 1
     assert "primary openai:gpt-4o failed" in restarts[0].reason
     assert "continuing with openai:backup-model" in restarts[0].reason
@@ -752,10 +753,12 @@ async def test_stream_cut_mid_tool_call_falls_back(server: FakeOpenAI, server2: 
     tool_call_msg = state.messages[1]
     # Only the fallback's output survives: no text and no call from the cut primary reply.
     assert tool_call_msg.content == [ToolUseBlock(id="call_fallback", name="get_weather", input={"city": "Paris"})]
-    results = [e for e in events if e.type == "tool_result"]
+    results = [e for e in events if isinstance(e, ev.ToolResult)]
     assert [r.result.id for r in results] == ["call_fallback"]
-    assert events[-1].type == "run_finished"
-    assert events[-1].msg.text == "Primary says: sunny in Paris."
+    final = events[-1]
+    assert final.type == "run_finished"
+    assert isinstance(final, ev.RunFinished)
+    assert final.msg.text == "Primary says: sunny in Paris."
 
 
 async def test_malformed_tool_arguments_are_repaired(server: FakeOpenAI) -> None:

@@ -100,8 +100,8 @@ class WireServer:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert isinstance(server, asyncio.Server)
+        port = server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self
 
