@@ -19,7 +19,7 @@ from agentrt.message import (
     VideoBlock,
     _new_call_id,
 )
-from agentrt.model.base import ChatResponse, ToolCallChunk
+from agentrt.model.chunks import ChatResponse, ToolCallChunk
 
 __all__ = ["BlockListener", "ReplyAccumulator", "parse_tool_arguments"]
 

@@ -27,7 +27,6 @@ import math
 import os
 import posixpath
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
@@ -44,8 +43,10 @@ from agentrt.permission.commands import (
     plain_text,
     suffix_texts,
 )
+from agentrt.permission.decision import Decision
 from agentrt.permission.paths import (
     PathForms,
+    fold,
     glob_escape,
     glob_literal,
     glob_tokens,
@@ -53,7 +54,6 @@ from agentrt.permission.paths import (
     path_pattern,
     resolve_path,
 )
-from agentrt.permission.rules import Decision
 
 if TYPE_CHECKING:
     from agentrt.permission.rules import PermissionRule
@@ -118,12 +118,6 @@ def is_path_key(key: str) -> bool:
 
 
 # -- canonical values ---------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
-def fold(text: str) -> str:
-    """NFKC-normalised, case-folded text (the wider form deny and ask rules also see)."""
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
 def canonical_number(value: Any) -> str | None:
     """A number (or a string holding a JSON number) in one spelling: ``1``, ``1.0``, ``"1e0"`` → ``1``."""
     if isinstance(value, bool):

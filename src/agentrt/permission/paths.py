@@ -13,10 +13,11 @@ import functools
 import os
 import posixpath
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from agentrt.permission.rules import PermissionDecision
+from agentrt.permission.decision import PermissionDecision
 
 __all__ = [
     "PathForms",
@@ -226,6 +227,12 @@ def _resolve_pattern_text(pattern: str, root: str, *, anchored: bool) -> tuple[s
     return lexical, real
 
 
+@functools.lru_cache(maxsize=4096)
+def fold(text: str) -> str:
+    """NFKC-normalised, case-folded text (the wider form deny and ask rules also see)."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
 @functools.lru_cache(maxsize=1024)
 def path_pattern(pattern: str, root: str, *, below: bool) -> PathPattern:
     """Compile a path rule for matching under `root`.
@@ -233,8 +240,6 @@ def path_pattern(pattern: str, root: str, *, below: bool) -> PathPattern:
     `below` (deny and ask rules): also match everything below a matching path, and leave a leading
     ``**`` unanchored (``**/*.pem`` matches anywhere). Allow rules anchor a leading ``**`` at `root`.
     """
-    from agentrt.permission.matching import fold
-
     lexical, real = _resolve_pattern_text(pattern, root, anchored=not below)
     texts = [lexical] if real == lexical else [lexical, real]
     regexes: list[re.Pattern[str]] = []

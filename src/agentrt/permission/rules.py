@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentrt.errors import UserError
+from agentrt.permission.decision import Decision, PermissionDecision, PermissionMode
+from agentrt.permission.matching import CallView, allow_covers, deny_matches
 
 __all__ = ["Decision", "PermissionDecision", "PermissionMode", "PermissionRule"]
-
-
-class PermissionMode(enum.StrEnum):
-    """How tool calls are gated when no rule decides."""
-
-    DEFAULT = "default"
-    ACCEPT_EDITS = "accept_edits"
-    EXPLORE = "explore"
-    BYPASS = "bypass"
-    DONT_ASK = "dont_ask"
-
-
-class Decision(enum.StrEnum):
-    """The outcome for one tool call."""
-
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,8 +57,6 @@ class PermissionRule:
         directory). Allow rules need every part of a shell command to match; deny and ask rules need
         any part (see docs/permissions.md).
         """
-        from agentrt.permission.matching import CallView, allow_covers, deny_matches
-
         view = CallView.build(tool_name, args, workspace or _cwd())
         if self.decision is Decision.ALLOW:
             return allow_covers((self,), view)
@@ -108,27 +89,3 @@ def _cwd() -> str:
     import os
 
     return os.getcwd()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PermissionDecision:
-    """The engine's answer for one call, with the reason and (for ASK) suggested rules."""
-
-    decision: Decision
-    reason: str = ""
-    suggested_rules: list[PermissionRule] = field(default_factory=list)
-
-    @classmethod
-    def allow(cls, reason: str = "") -> PermissionDecision:
-        """Allow the call."""
-        return cls(decision=Decision.ALLOW, reason=reason)
-
-    @classmethod
-    def ask(cls, reason: str = "") -> PermissionDecision:
-        """Ask the user first."""
-        return cls(decision=Decision.ASK, reason=reason)
-
-    @classmethod
-    def deny(cls, reason: str = "") -> PermissionDecision:
-        """Refuse the call."""
-        return cls(decision=Decision.DENY, reason=reason)

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrt.message import Msg
-from agentrt.state.base import AgentState
 from agentrt.state.codec import encode_message
+from agentrt.state.session import AgentState
 
 __all__ = ["DEFAULT_MAX_BYTES", "SessionCache"]
 

@@ -24,8 +24,8 @@ from typing import Any
 from agentrt import _json
 from agentrt.errors import StateStoreError, UserError
 from agentrt.message import Msg
-from agentrt.state.base import SCHEMA_VERSION, STATE_FIELDS, AgentState
 from agentrt.state.pending import Pending
+from agentrt.state.session import SCHEMA_VERSION, STATE_FIELDS, AgentState
 
 __all__ = [
     "FORMAT",

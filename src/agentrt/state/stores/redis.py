@@ -51,7 +51,6 @@ from agentrt import _json
 from agentrt.errors import StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import (
-    SCHEMA_VERSION,
     STATE_FIELDS,
     AgentState,
     BaseStateStore,
@@ -65,6 +64,7 @@ from agentrt.state.base import (
 from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
 from agentrt.state.locks import LocalSessionLocks
 from agentrt.state.redis_lock import RedisLockScripts, RedisSessionLock
+from agentrt.state.session import SCHEMA_VERSION
 
 __all__ = ["RedisStateStore"]
 

@@ -1,0 +1,90 @@
+"""The data of one stored session: `AgentState`, its listing (`SessionInfo`) and partial reads (`StateView`).
+
+Below the store protocol (`agentrt.state.base`), so the codec and the session cache can use the
+data without importing the stores.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.message import Msg
+from agentrt.state.pending import Pending
+
+__all__ = ["LEGACY_AGENT", "SCHEMA_VERSION", "STATE_FIELDS", "AgentState", "SessionInfo", "StateView"]
+
+LEGACY_AGENT = ""
+"""The agent part of sessions written before sessions belonged to an agent (and of writes without one)."""
+
+SCHEMA_VERSION = 1
+
+STATE_FIELDS = ("summary", "summary_index", "rules", "pending", "active_groups", "tool_state", "tasks", "metadata")
+"""The fields of `AgentState` besides `messages` that `append` can change."""
+
+
+@dataclass(slots=True, kw_only=True)
+class AgentState:
+    """Everything an agent remembers about one (agent, user, session): its working copy during a call.
+
+    `messages` is the full transcript (append-only; compression shrinks only the prompt view via
+    `summary` and `summary_index`). `revision` increases with every write and guards against
+    lost updates. `agent` is the agent's `state_key` ("" for sessions of the legacy namespace).
+    """
+
+    agent: str = ""
+    user_id: str = ""
+    session_id: str = ""
+    messages: list[Msg] = field(default_factory=list)
+    summary: str | None = None
+    """Running summary of `messages[:summary_index]`, used in the prompt in place of them."""
+    summary_index: int = 0
+    rules: Sequence[Any] = ()
+    """Permission rules the user accepted in this session."""
+    pending: Pending | None = None
+    """Tool calls waiting for approval or external results, and the reply they belong to."""
+    active_groups: list[str] | None = None
+    """Tool groups active in this session (None: the toolkit's defaults)."""
+    tool_state: dict[str, Any] = field(default_factory=dict)
+    tasks: Sequence[Any] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    revision: int = 0
+    version: int = SCHEMA_VERSION
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = 0.0
+
+    def fields_dict(self) -> dict[str, Any]:
+        """The non-message fields, by name."""
+        return {name: getattr(self, name) for name in STATE_FIELDS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionInfo:
+    """A session as listed by `list_sessions`."""
+
+    agent: str = ""
+    user_id: str
+    session_id: str
+    message_count: int
+    revision: int
+    updated_at: float
+
+
+@dataclass(slots=True)
+class StateView:
+    """A session read from message `offset` on (`BaseStateStore.load_view`).
+
+    `state` holds every non-message field and revision as `load` returns them, but its `messages`
+    are only the transcript's ``messages[offset:]``; `message_count` is the length of the whole
+    transcript. Never `save` such a state: it would drop the messages before `offset`.
+    """
+
+    state: AgentState
+    offset: int
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the whole stored transcript."""
+        return self.offset + len(self.state.messages)
