@@ -279,6 +279,10 @@ class RedisStateStore(BaseStateStore):
         prefix: the first component of every key (no braces), so stores can share a database.
         ttl: seconds a session lives after its last load or write (sliding expiry); None: forever.
         lock_ttl: seconds a session lock outlives a holder that stopped renewing it (e.g. died).
+        max_connections: size of the connection pool of a store-created client (per event loop).
+            When every connection is busy, a command waits for one (up to `pool_timeout` seconds)
+            instead of failing, so thousands of concurrent sessions share a bounded pool.
+        pool_timeout: seconds a command waits for a free connection before `StateStoreError`.
 
     A store that creates its client keeps one per event loop (closed when that loop shuts down,
     or by `close`), so it can serve several ``asyncio.run`` calls. A store without `ttl` leaves
@@ -295,7 +299,15 @@ class RedisStateStore(BaseStateStore):
         prefix: str = "agentrt",
         ttl: float | None = None,
         lock_ttl: float = 30.0,
+        max_connections: int = 100,
+        pool_timeout: float = 30.0,
     ) -> None:
+        if not isinstance(max_connections, int) or max_connections < 1:
+            raise UserError(f"max_connections must be a positive integer, got {max_connections!r}")
+        if not pool_timeout > 0:
+            raise UserError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
         if not prefix or "{" in prefix or "}" in prefix:
             raise UserError(f"Redis key prefix must be non-empty and free of braces, got {prefix!r}")
         if ttl is not None and not ttl > 0:
@@ -338,7 +350,15 @@ class RedisStateStore(BaseStateStore):
 
     def _new_client(self) -> aioredis.Redis:
         try:
-            return aioredis.from_url(self._url, socket_connect_timeout=5.0)
+            # A blocking pool: redis-py's default pool raises MaxConnectionsError when its 100
+            # connections are busy, which failed 900 of 1,000 concurrent agent runs.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self._url,
+                max_connections=self._max_connections,
+                timeout=self._pool_timeout,
+                socket_connect_timeout=5.0,
+            )
+            return aioredis.Redis.from_pool(pool)
         except ValueError as exc:
             raise StateStoreError(f"invalid Redis URL {_redact(self._url)!r}: {exc}") from None
 
