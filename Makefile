@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,all
 
-.PHONY: help venv node-deps demo test coverage-ratchet test-pythons unit integration lint format typecheck bench clean
+.PHONY: help venv node-deps demo test coverage-ratchet test-pythons unit integration lint format typecheck bench charts clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -66,8 +66,20 @@ format: $(STAMP) ## Apply ruff format and fixes
 typecheck: $(STAMP) ## mypy --strict on src/
 	$(BIN)/mypy src
 
-bench: $(STAMP) ## Run the benchmarks (tables printed, JSON under benchmarks/results/)
+# matplotlib for benchmarks/charts.py: the `bench` extra, installed once into .venv.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) ## Run the benchmarks (tables printed, JSON under benchmarks/results/), then draw the charts
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/state.py --per-call
+	$(BIN)/python benchmarks/scaling.py
+	$(BIN)/python benchmarks/charts.py
+
+charts: $(BENCH_STAMP) ## Redraw docs/img/scaling-*.svg from the JSON in benchmarks/results/
+	$(BIN)/python benchmarks/charts.py
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,9 @@ Measures, for the run "one tool call, then answer":
   * `import agentrt` time in a fresh interpreter.
 
 Prints a table and writes benchmarks/results/overhead.json. Run: `make bench` or
-`.venv/bin/python benchmarks/overhead.py [--quick]`.
+`.venv/bin/python benchmarks/overhead.py [--quick]`; `--quick` (fewer iterations, no 10,000 run)
+writes overhead-quick.json instead, so a quick run never replaces the committed results.
+CPU per run against concurrency for every state store: benchmarks/scaling.py.
 """
 
 from __future__ import annotations
@@ -224,9 +226,11 @@ def main() -> None:
     result = asyncio.run(main_async(args.quick))
     result["python"] = platform.python_version()
     result["machine"] = f"{platform.machine()} {os.cpu_count()} cpus"
+    if args.quick:
+        result["quick"] = True
     print(table(result))
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "overhead.json"
+    out = RESULTS / ("overhead-quick.json" if args.quick else "overhead.json")
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwritten {out}")
 

@@ -12,19 +12,29 @@ Prints a table and writes benchmarks/results/state.json.
 Run: `.venv/bin/python benchmarks/state.py [--quick] [--backends sqlite,redis,...]`.
 
 `--per-call` measures instead what a whole agent call costs besides the model: a `ReActAgent` with
-a scripted model (one text reply) on a session prefilled with L messages, L in (20, 200, 1,000,
-2,000, 4,000, 8,000), median of the calls, with the store's session cache (the default) and
-without it (``store.session_cache.max_bytes = 0``: every call loads the whole transcript, as
-before the cache). Prints a table and writes benchmarks/results/state-per-call.json.
+a scripted model (one text reply) on a session prefilled with L messages, L in (10, 20, 100, 200,
+1,000, 2,000, 4,000, 8,000, 10,000), median of the calls' wall time (``*_ms``) and of their
+process CPU time (``*_cpu_ms``: user + sys of every thread, SQLite's worker included; not the
+Redis or PostgreSQL server's), in two modes:
+  * cached: the store as configured by default, with its session cache (the in-memory store has
+    none: its sessions already are objects);
+  * uncached: ``store.session_cache.max_bytes = 0``, so every call loads the whole transcript, as
+    the first call of a session in a process does (and every call did before the cache).
+Prints a table and writes benchmarks/results/state-per-call.json (``make bench`` runs this mode).
+
+`--quick` (fewer lengths and iterations) writes state-quick.json / state-per-call-quick.json
+instead, so the committed results are never replaced by a quick run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import tempfile
@@ -39,6 +49,7 @@ from agentrt.state import store_from_url
 
 RESULTS = Path(__file__).parent / "results"
 TMP = Path(tempfile.mkdtemp(prefix="agentrt-bench-"))
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 BACKENDS: dict[str, tuple[str, tuple[str, int] | None]] = {
     "memory": ("memory://", None),
     "sqlite": (f"sqlite:///{TMP / 'state.db'}", None),
@@ -130,7 +141,14 @@ async def bench_backend(name: str, url: str, lengths: tuple[int, ...], steps: in
     return out
 
 
-PER_CALL_LENGTHS = (20, 200, 1000, 2000, 4000, 8000)
+# 10 .. 10,000 for the conversation-length chart (benchmarks/charts.py); 20 .. 8,000 for docs/state.md.
+PER_CALL_LENGTHS = (10, 20, 100, 200, 1000, 2000, 4000, 8000, 10000)
+PER_CALL_LENGTHS_QUICK = (10, 100, 1000)
+
+
+def _result_path(name: str, quick: bool) -> Path:
+    """Where a run writes its JSON: quick runs never replace the committed results."""
+    return RESULTS / (f"{name}-quick.json" if quick else f"{name}.json")
 
 
 async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: int) -> dict[str, Any]:
@@ -138,13 +156,14 @@ async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: i
     from agentrt.model import ScriptedModel
 
     store = store_from_url(url, **_options(name))
-    out: dict[str, Any] = {"backend": name, "lengths": {}}
+    default_budget = store.session_cache.max_bytes  # 0 for the in-memory store: it has no cache
+    out: dict[str, Any] = {"backend": name, "session_cache_bytes": default_budget, "lengths": {}}
     try:
         agent = ReActAgent("bench", model=ScriptedModel(["ok"], repeat=True), state_store=store)
         for length in lengths:
             row: dict[str, float] = {}
             for mode in ("cached", "uncached"):
-                store.session_cache.max_bytes = 0 if mode == "uncached" else 32 * 1024 * 1024
+                store.session_cache.max_bytes = 0 if mode == "uncached" else default_budget
                 store.session_cache.clear()
                 session = f"call-{length}-{mode}-{uuid.uuid4().hex[:6]}"
                 revision = 0
@@ -154,12 +173,15 @@ async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: i
                         "bench", session, batch[start : start + 500], expected_revision=revision, agent="bench"
                     )
                 await agent.call("warm up", RuntimeContext("bench", session))  # the first load fills the cache
-                samples = []
+                samples, cpu = [], []
                 for i in range(calls):
+                    c0 = time.process_time()
                     t0 = time.perf_counter()
                     await agent.call(f"question {i}", RuntimeContext("bench", session))
                     samples.append(time.perf_counter() - t0)
+                    cpu.append(time.process_time() - c0)
                 row[f"{mode}_ms"] = statistics.median(samples) * 1e3
+                row[f"{mode}_cpu_ms"] = statistics.median(cpu) * 1e3
             out["lengths"][length] = row
     finally:
         await _drop(store, name)
@@ -168,20 +190,22 @@ async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: i
 
 
 def per_call_table(rows: list[dict[str, Any]], lengths: tuple[int, ...]) -> str:
-    head = ["backend", "cache"] + [f"{n:,}" for n in lengths] + ["largest / 20"]
+    head = ["backend", "cache", "measure"] + [f"{n:,}" for n in lengths] + [f"{lengths[-1]:,} / {lengths[0]:,}"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
+        labels = {"uncached": "off (first load)", "cached": "on" if r.get("session_cache_bytes") else "(none)"}
         for mode in ("uncached", "cached"):
-            ms = [r["lengths"][n][f"{mode}_ms"] for n in lengths]
-            cells = [r["backend"], "off (before)" if mode == "uncached" else "on"]
-            cells += [f"{v:.2f} ms" for v in ms]
-            cells.append(f"{ms[-1] / ms[0]:.1f}x")
-            lines.append(" | ".join(cells))
+            for suffix, what in (("ms", "wall"), ("cpu_ms", "CPU")):
+                ms = [r["lengths"][n][f"{mode}_{suffix}"] for n in lengths]
+                cells = [r["backend"], labels[mode], what]
+                cells += [f"{v:.2f} ms" for v in ms]
+                cells.append(f"{ms[-1] / ms[0]:.1f}x" if ms[0] > 0 else "-")
+                lines.append(" | ".join(cells))
     return "\n".join(lines)
 
 
 async def per_call_async(names: list[str], quick: bool) -> list[dict[str, Any]]:
-    lengths = (20, 200, 1000) if quick else PER_CALL_LENGTHS
+    lengths = PER_CALL_LENGTHS_QUICK if quick else PER_CALL_LENGTHS
     calls = 10 if quick else 40
     rows = []
     for name in names:
@@ -232,21 +256,23 @@ def main() -> None:
     args = parser.parse_args()
     default = "memory,sqlite,redis,postgres" if args.per_call else ",".join(BACKENDS)
     names = [n.strip() for n in (args.backends or default).split(",") if n.strip()]
+    meta: dict[str, Any] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    if args.quick:
+        meta["quick"] = True
+    RESULTS.mkdir(exist_ok=True)
     if args.per_call:
         found = asyncio.run(per_call_async(names, args.quick))
-        print(per_call_table(found, (20, 200, 1000) if args.quick else PER_CALL_LENGTHS))
-        RESULTS.mkdir(exist_ok=True)
-        dest = RESULTS / "state-per-call.json"
-        meta = {"python": platform.python_version(), "cpus": os.cpu_count(), "rows": found}
-        dest.write_text(json.dumps(meta, indent=2))
+        lengths = PER_CALL_LENGTHS_QUICK if args.quick else PER_CALL_LENGTHS
+        print(per_call_table(found, lengths))
+        dest = _result_path("state-per-call", args.quick)
+        dest.write_text(json.dumps({**meta, "lengths": list(lengths), "rows": found}, indent=2) + "\n")
         print(f"\nwritten {dest}")
         return
     rows = asyncio.run(main_async(names, args.quick))
     lengths = (10, 100, 1000) if args.quick else (10, 100, 1000, 10000)
     print(table(rows, lengths))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "state.json"
-    out.write_text(json.dumps({"python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows}, indent=2))
+    out = _result_path("state", args.quick)
+    out.write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     print(f"\nwritten {out}")
 
 
