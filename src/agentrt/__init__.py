@@ -1,5 +1,6 @@
 """agentrt: an async agent runtime. Give it a model, tools and a prompt; it runs a reason-act loop."""
 
+from agentrt import _version
 from agentrt.agent import LoopOptions, MemoryOptions, OutputOptions, ReActAgent, UserAgent
 from agentrt.context import RuntimeContext
 from agentrt.message import (
@@ -52,24 +53,9 @@ def __getattr__(name: str) -> str:
     # so the version is read when asked for, not by `import agentrt`.
     if name != "__version__":
         raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        found = version("agentrt")
-    except PackageNotFoundError:
-        found = _source_tree_version()
+    found = _version.version()
     globals()["__version__"] = found
     return found
 
 
-def _source_tree_version() -> str:
-    """The version in pyproject.toml beside a source checkout that was never installed."""
-    import tomllib
-    from pathlib import Path
-
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    try:
-        with pyproject.open("rb") as file:
-            return str(tomllib.load(file)["project"]["version"])
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return "0+unknown"
+_source_tree_version = _version.source_tree_version

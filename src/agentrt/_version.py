@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["version"]
+__all__ = ["source_tree_version", "version"]
 
 
 @functools.cache
@@ -16,10 +16,11 @@ def version() -> str:
     try:
         return installed("agentrt")
     except PackageNotFoundError:
-        return _source_tree_version()
+        return source_tree_version()
 
 
-def _source_tree_version() -> str:
+def source_tree_version() -> str:
+    """The version in pyproject.toml beside a source checkout that was never installed."""
     import tomllib
     from pathlib import Path
 

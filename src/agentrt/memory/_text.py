@@ -18,7 +18,9 @@ from operator import mul
 
 __all__ = [
     "cosine",
+    "fuse",
     "index_terms",
+    "nearest",
     "normalise",
     "pack_vector",
     "query_terms",
@@ -104,6 +106,17 @@ def rrf(rankings: Iterable[Sequence[str]], k: int = 60) -> list[str]:
         for rank, item in enumerate(ranking):
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank + 1)
     return sorted(scores, key=lambda item: -scores[item])
+
+
+def fuse(rankings: Sequence[list[str]], k: int) -> list[str]:
+    """The `k` best ids of one ranking, or of several fused by `rrf`."""
+    return rankings[0][:k] if len(rankings) == 1 else rrf(rankings)[:k]
+
+
+def nearest(vector: Sequence[float], rows: Iterable[tuple[str, bytes]], depth: int) -> list[str]:
+    """The ids of the `depth` ``(id, packed vector)`` rows most similar to the unit `vector`, best first."""
+    scored = sorted(((cosine(vector, unpack_vector(data)), item_id) for item_id, data in rows), reverse=True)
+    return [item_id for _, item_id in scored[:depth]]
 
 
 def unit(vector: Sequence[float]) -> list[float]:

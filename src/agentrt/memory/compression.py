@@ -29,6 +29,7 @@ pointer and the truncation pointer are persisted in the session (`summary`, `sum
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -291,26 +292,6 @@ def _cut_text(text: str, limit: int, what: str) -> str:
     return text[:head] + marker + text[total - tail :]
 
 
-def _cut_value(value: Any, limit: int) -> tuple[Any, bool]:
-    if isinstance(value, str):
-        if len(value) > limit:
-            return _cut_text(value, limit, "this argument"), True
-        return value, False
-    if isinstance(value, Mapping):
-        changed = False
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out[key], hit = _cut_value(item, limit)
-            changed = changed or hit
-        return (out, True) if changed else (value, False)
-    if isinstance(value, (list, tuple)):
-        items = [_cut_value(item, limit) for item in value]
-        if any(hit for _, hit in items):
-            return [item for item, _ in items], True
-        return value, False
-    return value, False
-
-
 def _result_text(block: ToolResultBlock) -> tuple[str, int]:
     """The text of a result and how many media blocks it holds."""
     if isinstance(block.output, str):
@@ -325,38 +306,16 @@ def _result_text(block: ToolResultBlock) -> tuple[str, int]:
     return "\n".join(texts), media
 
 
-def truncate_message(msg: Msg, limit: int) -> Msg | None:
-    """`msg` with long tool results and tool-call argument strings cut (same id), or None if nothing is long."""
-    blocks: list[ContentBlock] = []
-    changed = False
-    for block in msg.content:
-        kind = type(block)
-        if kind is ToolResultBlock:
-            result: ToolResultBlock = block  # type: ignore[assignment]
-            text, media = _result_text(result)
-            if len(text) > limit or media:
-                output = _cut_text(text, limit, f"this {result.name} result") if len(text) > limit else text
-                if media:
-                    output += f"\n[{media} attachment(s) of this result omitted to save context]"
-                blocks.append(
-                    ToolResultBlock(
-                        id=result.id, name=result.name, output=output, state=result.state, metadata=result.metadata
-                    )
-                )
-                changed = True
-                continue
-        elif kind is ToolUseBlock:
-            call: ToolUseBlock = block  # type: ignore[assignment]
-            new_input, hit = _cut_value(call.input, limit)
-            if hit:
-                blocks.append(ToolUseBlock(id=call.id, name=call.name, input=new_input, metadata=call.metadata))
-                changed = True
-                continue
-        blocks.append(block)
-    return msg.replace(content=blocks) if changed else None
+# (text, what it is) -> the text cut, or None to keep it whole
+_Shorten = Callable[[str, str], "str | None"]
 
 
-def _shorter(text: str, limit: int, what: str, model: ChatModel | str | None) -> str | None:
+def _cut_long(limit: int, text: str, what: str) -> str | None:
+    """`text` cut to `limit` characters if it is longer, else None."""
+    return _cut_text(text, limit, what) if len(text) > limit else None
+
+
+def _shorter(limit: int, model: ChatModel | str | None, text: str, what: str) -> str | None:
     """`text` cut to `limit` characters if that saves tokens (a marker costs some), else None."""
     if len(text) <= limit:
         return None
@@ -364,36 +323,33 @@ def _shorter(text: str, limit: int, what: str, model: ChatModel | str | None) ->
     return cut if count_text_tokens(cut, model) < count_text_tokens(text, model) else None
 
 
-def _shorter_value(value: Any, limit: int, model: ChatModel | str | None) -> tuple[Any, bool]:
+def _shorten_value(value: Any, shorten: _Shorten) -> tuple[Any, bool]:
+    """A tool-call argument with its strings shortened, and whether any was."""
     if isinstance(value, str):
-        cut = _shorter(value, limit, "this argument", model)
+        cut = shorten(value, "this argument")
         return (value, False) if cut is None else (cut, True)
     if isinstance(value, Mapping):
-        pairs = {key: _shorter_value(item, limit, model) for key, item in value.items()}
+        pairs = {key: _shorten_value(item, shorten) for key, item in value.items()}
         if any(hit for _, hit in pairs.values()):
             return {key: item for key, (item, _) in pairs.items()}, True
         return value, False
     if isinstance(value, (list, tuple)):
-        items = [_shorter_value(item, limit, model) for item in value]
+        items = [_shorten_value(item, shorten) for item in value]
         if any(hit for _, hit in items):
             return [item for item, _ in items], True
         return value, False
     return value, False
 
 
-def _cut_message(msg: Msg, limit: int, model: ChatModel | str | None) -> Msg | None:
-    """`msg` with texts, tool results and tool-call argument strings cut to `limit` characters, or None.
-
-    The last resort for one call's prompt (never persisted); thinking blocks stay whole, since
-    providers reject altered signed reasoning.
-    """
+def _shorten_message(msg: Msg, shorten: _Shorten, *, texts: bool) -> Msg | None:
+    """`msg` with tool results, tool-call argument strings and (with `texts`) texts shortened (same id), or None."""
     blocks: list[ContentBlock] = []
     changed = False
     for block in msg.content:
         kind = type(block)
-        if kind is TextBlock:
+        if kind is TextBlock and texts:
             text_block: TextBlock = block  # type: ignore[assignment]
-            cut = _shorter(text_block.text, limit, "this message", model)
+            cut = shorten(text_block.text, "this message")
             if cut is not None:
                 blocks.append(TextBlock(text=cut))
                 changed = True
@@ -401,7 +357,7 @@ def _cut_message(msg: Msg, limit: int, model: ChatModel | str | None) -> Msg | N
         elif kind is ToolResultBlock:
             result: ToolResultBlock = block  # type: ignore[assignment]
             text, media = _result_text(result)
-            cut = _shorter(text, limit, f"this {result.name} result", model)
+            cut = shorten(text, f"this {result.name} result")
             if cut is not None or media:
                 output = text if cut is None else cut
                 if media:
@@ -415,13 +371,27 @@ def _cut_message(msg: Msg, limit: int, model: ChatModel | str | None) -> Msg | N
                 continue
         elif kind is ToolUseBlock:
             call: ToolUseBlock = block  # type: ignore[assignment]
-            new_input, hit = _shorter_value(call.input, limit, model)
+            new_input, hit = _shorten_value(call.input, shorten)
             if hit:
                 blocks.append(ToolUseBlock(id=call.id, name=call.name, input=new_input, metadata=call.metadata))
                 changed = True
                 continue
         blocks.append(block)
     return msg.replace(content=blocks) if changed else None
+
+
+def truncate_message(msg: Msg, limit: int) -> Msg | None:
+    """`msg` with long tool results and tool-call argument strings cut (same id), or None if nothing is long."""
+    return _shorten_message(msg, functools.partial(_cut_long, limit), texts=False)
+
+
+def _cut_message(msg: Msg, limit: int, model: ChatModel | str | None) -> Msg | None:
+    """`msg` with texts, tool results and tool-call argument strings cut to `limit` characters, or None.
+
+    The last resort for one call's prompt (never persisted); thinking blocks stay whole, since
+    providers reject altered signed reasoning. A cut that saves no tokens is not made.
+    """
+    return _shorten_message(msg, functools.partial(_shorter, limit, model), texts=True)
 
 
 def _longest_text(msg: Msg) -> int:

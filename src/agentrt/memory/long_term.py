@@ -42,6 +42,11 @@ Embedder: TypeAlias = Callable[[list[str]], "list[list[float]] | Awaitable[list[
 
 Clock: TypeAlias = Callable[[], float]
 
+PURGE_EVERY = 3600.0
+"""Seconds between a backend's sweeps of every user's expired items (in between, only the caller's)."""
+ITEM_COLUMNS = "id, text, created_at, last_used_at"
+"""The columns the SQL backends select for a `MemoryItem` (`item_from_row`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryItem:
@@ -137,13 +142,35 @@ async def embed_texts(embed: Embedder, texts: builtins.list[str]) -> builtins.li
     return vectors
 
 
-async def query_inputs(embed: Embedder | None, query: str) -> tuple[builtins.list[str], builtins.list[float] | None]:
-    """A retrieval query's search terms and, with an embedding function, its unit vector."""
+async def query_inputs(
+    embed: Embedder | None, query: str, k: int
+) -> tuple[builtins.list[str], builtins.list[float] | None] | None:
+    """A retrieval's search terms and, with an embedding function, the query's unit vector.
+
+    None when there is nothing to search: ``k <= 0``, or neither terms nor a vector.
+    """
+    if k <= 0:
+        return None
     vector: builtins.list[float] | None = None
     if embed is not None and query.strip():
         (raw,) = await embed_texts(embed, [query])
         vector = unit(raw)
-    return query_terms(query), vector
+    terms = query_terms(query)
+    if not terms and vector is None:
+        return None
+    return terms, vector
+
+
+def item_from_row(row: Sequence[Any]) -> MemoryItem:
+    """A `MemoryItem` from a row of `ITEM_COLUMNS`."""
+    return MemoryItem(str(row[0]), str(row[1]), float(row[2]), float(row[3]))
+
+
+def forget_ids(ids: Sequence[str]) -> builtins.list[str]:
+    """The distinct ids a `forget` call names, in order (a lone str is one id; non-str entries are skipped)."""
+    if isinstance(ids, str):
+        ids = [ids]
+    return [i for i in dict.fromkeys(ids) if isinstance(i, str)]
 
 
 def format_memories(items: Sequence[MemoryItem]) -> str:

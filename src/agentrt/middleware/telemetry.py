@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
@@ -93,6 +93,11 @@ def _new_denials(run: Run, since: float) -> list[ToolResultBlock]:
     return found
 
 
+def _ms_since(start: float) -> float:
+    """Milliseconds since the `time.perf_counter` reading `start`, as the log lines carry them."""
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
 # --------------------------------------------------------------------------------------------------
 # tracing
 # --------------------------------------------------------------------------------------------------
@@ -125,10 +130,32 @@ class TracingMiddleware(Middleware):
         self.tracer = tracing.get_tracer(tracer_provider)
         self.capture_content = capture_content
 
-    async def on_call(self, run: Run, next: Callable[[], Awaitable[Msg]]) -> Msg:
-        t = self._t
+    def _span(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> AbstractContextManager[Span]:
+        """The current span of one hook; `_recorded` records its errors (OpenTelemetry's own recording is off)."""
         from opentelemetry.trace import SpanKind
 
+        return self.tracer.start_as_current_span(
+            name,
+            kind=SpanKind.CLIENT if client else SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    @contextmanager
+    def _recorded(self, span: Span) -> Iterator[None]:
+        """Mark `span` cancelled, or record the exception on it, as it leaves the block."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            span.set_attribute("agentrt.cancelled", True)
+            raise
+        except Exception as exc:
+            self._t.record_error(span, exc)
+            raise
+
+    async def on_call(self, run: Run, next: Callable[[], Awaitable[Msg]]) -> Msg:
+        t = self._t
         agent = run.agent
         provider, model = _model_of(run)
         attributes: dict[str, Any] = {
@@ -143,26 +170,14 @@ class TracingMiddleware(Middleware):
         }
         if agent.description:
             attributes[t.GEN_AI_AGENT_DESCRIPTION] = agent.description
-        with self.tracer.start_as_current_span(
-            f"invoke_agent {agent.name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._span(f"invoke_agent {agent.name}", attributes) as span:
             if self.capture_content and run.input:
                 span.set_attribute(t.GEN_AI_INPUT_MESSAGES, t.messages_attribute(run.input))
             try:
-                msg = await next()
-            except asyncio.CancelledError:
-                span.set_attribute("agentrt.cancelled", True)
+                with self._recorded(span):
+                    msg = await next()
+            finally:
                 span.set_attribute("agentrt.steps", run.step)
-                raise
-            except Exception as exc:
-                span.set_attribute("agentrt.steps", run.step)
-                t.record_error(span, exc)
-                raise
-            span.set_attribute("agentrt.steps", run.step)
             span.set_attribute("agentrt.generate_reason", msg.generate_reason.value)
             if run.usage is not None:
                 span.set_attribute(t.GEN_AI_USAGE_INPUT_TOKENS, run.usage.input_tokens)
@@ -175,8 +190,6 @@ class TracingMiddleware(Middleware):
         self, run: Run, request: ModelRequest, next: Callable[[ModelRequest], Awaitable[Msg]]
     ) -> Msg:
         t = self._t
-        from opentelemetry.trace import SpanKind
-
         provider, model = _model_of(run)
         attributes: dict[str, Any] = {
             t.GEN_AI_OPERATION_NAME: "chat",
@@ -186,13 +199,7 @@ class TracingMiddleware(Middleware):
             "agentrt.step": run.step,
         }
         self._add_request_options(attributes, request.options)
-        with self.tracer.start_as_current_span(
-            f"chat {model}",
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._span(f"chat {model}", attributes, client=True) as span:
             if self.capture_content:
                 system = [m for m in request.messages if m.role == "system"]
                 if system:
@@ -203,13 +210,8 @@ class TracingMiddleware(Middleware):
             start = time.perf_counter()
             with _probe(run) as probe:
                 try:
-                    msg = await next(request)
-                except asyncio.CancelledError:
-                    span.set_attribute("agentrt.cancelled", True)
-                    raise
-                except Exception as exc:
-                    t.record_error(span, exc)
-                    raise
+                    with self._recorded(span):
+                        msg = await next(request)
                 finally:
                     if probe.first_chunk_at is not None:
                         span.set_attribute(t.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, probe.first_chunk_at - start)
@@ -254,8 +256,6 @@ class TracingMiddleware(Middleware):
         self, run: Run, call: ToolUseBlock, next: Callable[[ToolUseBlock], Awaitable[ToolResultBlock]]
     ) -> ToolResultBlock:
         t = self._t
-        from opentelemetry.trace import SpanKind
-
         attributes: dict[str, Any] = {
             t.GEN_AI_OPERATION_NAME: "execute_tool",
             t.GEN_AI_TOOL_NAME: call.name,
@@ -268,23 +268,11 @@ class TracingMiddleware(Middleware):
             attributes[t.GEN_AI_TOOL_TYPE] = "extension" if tool.external else "function"
             if tool.description:
                 attributes[t.GEN_AI_TOOL_DESCRIPTION] = tool.description[:500]
-        with self.tracer.start_as_current_span(
-            f"execute_tool {call.name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._span(f"execute_tool {call.name}", attributes) as span:
             if self.capture_content:
                 span.set_attribute(t.GEN_AI_TOOL_CALL_ARGUMENTS, t.json_attribute(call.input))
-            try:
+            with self._recorded(span):
                 result = await next(call)
-            except asyncio.CancelledError:
-                span.set_attribute("agentrt.cancelled", True)
-                raise
-            except Exception as exc:
-                t.record_error(span, exc)
-                raise
             span.set_attribute("agentrt.tool.state", result.state)
             if result.state != "success":
                 from opentelemetry.trace import Status, StatusCode
@@ -438,7 +426,7 @@ class LoggingMiddleware(Middleware):
                 extra={
                     "generate_reason": msg.generate_reason.value,
                     "steps": run.step,
-                    "duration_ms": round((time.perf_counter() - start) * 1000, 3),
+                    "duration_ms": _ms_since(start),
                     "input_tokens": usage.input_tokens if usage else None,
                     "output_tokens": usage.output_tokens if usage else None,
                     "content": msg.text,
@@ -458,7 +446,7 @@ class LoggingMiddleware(Middleware):
                 extra={
                     "model": f"{provider}:{name}",
                     "step": run.step,
-                    "duration_ms": round((time.perf_counter() - start) * 1000, 3),
+                    "duration_ms": _ms_since(start),
                     "tool_calls": [c.name for c in msg.tool_calls],
                     "finish_reason": msg.metadata.get("finish_reason") if msg.metadata else None,
                     "content": msg.text,
@@ -479,7 +467,7 @@ class LoggingMiddleware(Middleware):
                     "tool": call.name,
                     "tool_call_id": call.id,
                     "state": result.state,
-                    "duration_ms": round((time.perf_counter() - start) * 1000, 3),
+                    "duration_ms": _ms_since(start),
                     "arguments": dict(call.input),
                     "result": result.text[:2000],
                 },

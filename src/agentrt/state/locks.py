@@ -1,14 +1,18 @@
-"""In-process session locks: FIFO per key, created on demand and dropped when idle."""
+"""In-process session locks: FIFO per key, created on demand and dropped when idle.
+
+Also `poll_pause`, the wait between two tries of a cross-process lock (Redis, SQL).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Hashable
 from typing import Any
 
 from agentrt.errors import SessionBusyError
 
-__all__ = ["LocalSessionLocks", "SessionLockHold"]
+__all__ = ["LocalSessionLocks", "SessionLockHold", "poll_pause"]
 
 
 class _Entry:
@@ -88,3 +92,21 @@ class LocalSessionLocks:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+async def poll_pause(
+    delay: float, ceiling: float, deadline: float | None, timeout: float | None, describe: str
+) -> float:
+    """Sleep between two tries of a cross-process lock; returns the next `delay`.
+
+    The pause is jittered between half of `delay` and `delay` and ends by `deadline` (loop time);
+    the delay doubles up to `ceiling`. Past `deadline` (set from `timeout`), `SessionBusyError`.
+    """
+    now = asyncio.get_running_loop().time()
+    if deadline is not None and now >= deadline:
+        raise SessionBusyError(f"{describe} is busy: another process held its lock for more than {timeout:g} s")
+    pause = random.uniform(delay / 2, delay)
+    if deadline is not None:
+        pause = min(pause, deadline - now)
+    await asyncio.sleep(pause)
+    return min(delay * 2, ceiling)

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import secrets
 from collections.abc import Awaitable, Callable, Hashable
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from agentrt.errors import SessionBusyError, StateStoreError
-from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+from agentrt.errors import StateStoreError
+from agentrt.state.locks import LocalSessionLocks, SessionLockHold, poll_pause
 
 __all__ = ["RedisLockScripts", "RedisSessionLock"]
 
@@ -196,7 +195,6 @@ class RedisSessionLock(SessionLockHold):
     # -- acquisition ---------------------------------------------------------------------------
 
     async def _acquire(self, client: Redis, deadline: float | None) -> None:
-        loop = asyncio.get_running_loop()
         self._client = client
         self._nonce = secrets.token_hex(12)
         self._lost = False
@@ -213,16 +211,7 @@ class RedisSessionLock(SessionLockHold):
                 if token > 0:
                     self.fencing_token = token
                     return
-                now = loop.time()
-                if deadline is not None and now >= deadline:
-                    raise SessionBusyError(
-                        f"{self._describe} is busy: another process held its lock for more than {self._timeout:g} s"
-                    )
-                pause = random.uniform(delay / 2, delay)
-                if deadline is not None:
-                    pause = min(pause, deadline - now)
-                await asyncio.sleep(pause)
-                delay = min(delay * 2, _MAX_POLL)
+                delay = await poll_pause(delay, _MAX_POLL, deadline, self._timeout, self._describe)
         except BaseException:
             # timed out, cancelled or failed: drop our claim, and the lock itself in case the
             # acquiring call went through but its reply never reached us

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentrt import _json
 from agentrt.errors import SessionBusyError, StateStoreError
-from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+from agentrt.state.locks import LocalSessionLocks, SessionLockHold, poll_pause
 
 __all__ = ["SqlLocks", "SqlSessionLock", "discard_connection", "mysql_lock_name", "pg_lock_key"]
 
@@ -156,7 +155,6 @@ class SqlLocks:
         self, params: dict[str, Any], deadline: float | None, timeout: float | None, describe: str
     ) -> AsyncConnection:
         """Poll for the lock until `deadline`; the connection now holding it."""
-        loop = asyncio.get_running_loop()
         conn = await self._connection(deadline, timeout, describe)
         try_first, try_in_line = (_PG_TRY, _PG_TRY_IN_LINE) if self._pg else (_MY_TRY, _MY_TRY_IN_LINE)
         in_line = False  # we hold the "want" lock: the holder's process may not take the lock back before us
@@ -171,16 +169,7 @@ class SqlLocks:
                     return conn
                 if result == 2:
                     in_line = True
-                now = loop.time()
-                if deadline is not None and now >= deadline:
-                    raise SessionBusyError(
-                        f"{describe} is busy: another process held its lock for more than {timeout:g} s"
-                    )
-                pause = random.uniform(delay / 2, delay)
-                if deadline is not None:
-                    pause = min(pause, deadline - now)
-                await asyncio.sleep(pause)
-                delay = min(delay * 2, self._poll)
+                delay = await poll_pause(delay, self._poll, deadline, timeout, describe)
         except BaseException as exc:
             if unsure:
                 await discard_connection(conn)

@@ -34,16 +34,20 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentrt.errors import UserError
-from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, rrf, unit, unpack_vector
+from agentrt.memory._text import fuse, index_terms, nearest, normalise, pack_vector, unit
 from agentrt.memory.long_term import (
     DEFAULT_CAP,
     DEFAULT_TTL,
+    ITEM_COLUMNS,
+    PURGE_EVERY,
     Clock,
     Embedder,
     MemoryItem,
     check_cap,
     clean_texts,
     embed_texts,
+    forget_ids,
+    item_from_row,
     query_inputs,
     ttl_seconds,
 )
@@ -51,12 +55,6 @@ from agentrt.memory.long_term import (
 __all__ = ["PostgresLongTermMemory"]
 
 _PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
-_PURGE_EVERY = 3600.0
-_COLUMNS = "id, text, created_at, last_used_at"
-
-
-def _item(row: Sequence[Any]) -> MemoryItem:
-    return MemoryItem(str(row[0]), str(row[1]), float(row[2]), float(row[3]))
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
@@ -181,7 +179,7 @@ class PostgresLongTermMemory:
         if self.ttl is None:
             return
         cutoff = now - self.ttl
-        if now - self._last_purge >= _PURGE_EVERY:
+        if now - self._last_purge >= PURGE_EVERY:
             self._last_purge = now
             await conn.execute(sa.text(f"DELETE FROM {self.table} WHERE last_used_at <= :c"), {"c": cutoff})
         else:
@@ -251,19 +249,18 @@ class PostgresLongTermMemory:
                 )
             rows = (
                 await conn.execute(
-                    sa.text(f"SELECT {_COLUMNS} FROM {t} WHERE id = ANY(:ids)"), {"ids": list(dict.fromkeys(ids))}
+                    sa.text(f"SELECT {ITEM_COLUMNS} FROM {t} WHERE id = ANY(:ids)"), {"ids": list(dict.fromkeys(ids))}
                 )
             ).all()
-        by_id = {str(row[0]): _item(row) for row in rows}
+        by_id = {str(row[0]): item_from_row(row) for row in rows}
         return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
     async def retrieve(self, user_id: str, query: str, k: int = 5) -> builtins.list[MemoryItem]:
         """The `k` items best matching `query` (full text, fused with cosine similarity when embedding)."""
-        if k <= 0:
+        inputs = await query_inputs(self.embed, query, k)
+        if inputs is None:
             return []
-        terms, vector = await query_inputs(self.embed, query)
-        if not terms and vector is None:
-            return []
+        terms, vector = inputs
         await self._ensure()
         now = self.clock()
         cutoff = self._cutoff(now)
@@ -286,16 +283,16 @@ class PostgresLongTermMemory:
                 rankings.append([str(r[0]) for r in rows])
             if vector is not None:
                 rankings.append(await self._vector_ranking(conn, user_id, vector, cutoff, depth))
-            best = rankings[0][:k] if len(rankings) == 1 else rrf(rankings)[:k]
+            best = fuse(rankings, k)
             if not best:
                 return []
             rows = (
                 await conn.execute(
-                    sa.text(f"UPDATE {t} SET last_used_at = :now WHERE id = ANY(:ids) RETURNING {_COLUMNS}"),
+                    sa.text(f"UPDATE {t} SET last_used_at = :now WHERE id = ANY(:ids) RETURNING {ITEM_COLUMNS}"),
                     {"now": now, "ids": best},
                 )
             ).all()
-        by_id = {str(row[0]): _item(row) for row in rows}
+        by_id = {str(row[0]): item_from_row(row) for row in rows}
         return [by_id[i] for i in best if i in by_id]
 
     async def _vector_ranking(
@@ -323,17 +320,11 @@ class PostgresLongTermMemory:
             )
         ).all()
 
-        def score() -> builtins.list[str]:
-            scored = sorted(((cosine(vector, unpack_vector(bytes(r[1]))), str(r[0])) for r in rows), reverse=True)
-            return [item_id for _, item_id in scored[:depth]]
-
-        return await asyncio.to_thread(score)
+        return await asyncio.to_thread(nearest, vector, ((str(r[0]), bytes(r[1])) for r in rows), depth)
 
     async def forget(self, user_id: str, ids: Sequence[str]) -> int:
         """Delete the user's items with these ids; returns how many there were."""
-        if isinstance(ids, str):
-            ids = [ids]
-        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str)]
+        wanted = forget_ids(ids)
         if not wanted:
             return 0
         await self._ensure()
@@ -352,11 +343,11 @@ class PostgresLongTermMemory:
             await self._purge(conn, user_id, now)
             rows = (
                 await conn.execute(
-                    sa.text(f"SELECT {_COLUMNS} FROM {self.table} WHERE user_id = :u ORDER BY created_at, seq"),
+                    sa.text(f"SELECT {ITEM_COLUMNS} FROM {self.table} WHERE user_id = :u ORDER BY created_at, seq"),
                     {"u": user_id},
                 )
             ).all()
-        return [_item(row) for row in rows]
+        return [item_from_row(row) for row in rows]
 
     async def clear(self, user_id: str) -> int:
         """Forget every item of the user; returns how many there were."""

@@ -31,16 +31,20 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from agentrt.errors import UserError
-from agentrt.memory._text import cosine, index_terms, normalise, pack_vector, rrf, unit, unpack_vector
+from agentrt.memory._text import fuse, index_terms, nearest, normalise, pack_vector, unit
 from agentrt.memory.long_term import (
     DEFAULT_CAP,
     DEFAULT_TTL,
+    ITEM_COLUMNS,
+    PURGE_EVERY,
     Clock,
     Embedder,
     MemoryItem,
     check_cap,
     clean_texts,
     embed_texts,
+    forget_ids,
+    item_from_row,
     query_inputs,
     ttl_seconds,
 )
@@ -48,7 +52,6 @@ from agentrt.memory.long_term import (
 __all__ = ["SqliteLongTermMemory"]
 
 _T = TypeVar("_T")
-_PURGE_EVERY = 3600.0
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS memories (
         seq INTEGER PRIMARY KEY,
@@ -68,16 +71,11 @@ _SCHEMA = (
     "CREATE TRIGGER IF NOT EXISTS memories_fts_delete AFTER DELETE ON memories "
     "BEGIN DELETE FROM memories_fts WHERE rowid = old.seq; END",
 )
-_COLUMNS = "id, text, created_at, last_used_at"
 
 
 def user_token(user_id: str) -> str:
     """The index token naming a user (letters and digits only, so no tokenizer splits it)."""
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:24]
-
-
-def _item(row: Sequence[Any]) -> MemoryItem:
-    return MemoryItem(str(row[0]), str(row[1]), float(row[2]), float(row[3]))
 
 
 class SqliteLongTermMemory:
@@ -156,7 +154,7 @@ class SqliteLongTermMemory:
         if self.ttl is None:
             return
         cutoff = now - self.ttl
-        if now - self._last_purge >= _PURGE_EVERY:
+        if now - self._last_purge >= PURGE_EVERY:
             conn.execute("DELETE FROM memories WHERE last_used_at <= ?", (cutoff,))
             self._last_purge = now
         else:
@@ -227,8 +225,8 @@ class SqliteLongTermMemory:
                         (user_id, count - self.cap),
                     )
             marks = ",".join("?" * len(ids))
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
-        by_id = {row[0]: _item(row) for row in rows}
+            rows = conn.execute(f"SELECT {ITEM_COLUMNS} FROM memories WHERE id IN ({marks})", ids).fetchall()
+        by_id = {row[0]: item_from_row(row) for row in rows}
         seen: set[str] = set()
         out: builtins.list[MemoryItem] = []
         for item_id in ids:
@@ -239,11 +237,10 @@ class SqliteLongTermMemory:
 
     async def retrieve(self, user_id: str, query: str, k: int = 5) -> builtins.list[MemoryItem]:
         """The `k` items best matching `query` (BM25, fused with cosine similarity when embedding)."""
-        if k <= 0:
+        inputs = await query_inputs(self.embed, query, k)
+        if inputs is None:
             return []
-        terms, vector = await query_inputs(self.embed, query)
-        if not terms and vector is None:
-            return []
+        terms, vector = inputs
         return await self._run(self._retrieve, user_id, terms, vector, k, self.clock())
 
     def _retrieve(
@@ -270,22 +267,19 @@ class SqliteLongTermMemory:
                     "AND embedding IS NOT NULL ORDER BY last_used_at DESC LIMIT ?",
                     (user_id, cutoff, self.vector_scan_limit),
                 ).fetchall()
-                scored = sorted(((cosine(vector, unpack_vector(row[1])), row[0]) for row in rows), reverse=True)
-                rankings.append([item_id for _, item_id in scored[:depth]])
-            best = rankings[0][:k] if len(rankings) == 1 else rrf(rankings)[:k]
+                rankings.append(nearest(vector, rows, depth))
+            best = fuse(rankings, k)
             if not best:
                 return []
             marks = ",".join("?" * len(best))
             conn.execute(f"UPDATE memories SET last_used_at = ? WHERE id IN ({marks})", (now, *best))
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", best).fetchall()
-        by_id = {row[0]: _item(row) for row in rows}
+            rows = conn.execute(f"SELECT {ITEM_COLUMNS} FROM memories WHERE id IN ({marks})", best).fetchall()
+        by_id = {row[0]: item_from_row(row) for row in rows}
         return [by_id[item_id] for item_id in best if item_id in by_id]
 
     async def forget(self, user_id: str, ids: Sequence[str]) -> int:
         """Delete the user's items with these ids; returns how many there were."""
-        if isinstance(ids, str):
-            ids = [ids]
-        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str)]
+        wanted = forget_ids(ids)
         if not wanted:
             return 0
         return await self._run(self._forget, user_id, wanted)
@@ -306,10 +300,10 @@ class SqliteLongTermMemory:
         with _transaction(conn):
             self._purge(conn, user_id, now)
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE user_id = ? ORDER BY created_at, seq",
+                f"SELECT {ITEM_COLUMNS} FROM memories WHERE user_id = ? ORDER BY created_at, seq",
                 (user_id,),
             ).fetchall()
-        return [_item(row) for row in rows]
+        return [item_from_row(row) for row in rows]
 
     async def clear(self, user_id: str) -> int:
         """Forget every item of the user; returns how many there were."""

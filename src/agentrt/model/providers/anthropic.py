@@ -47,6 +47,7 @@ from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCal
 from agentrt.model.providers._errors import classify_api_error
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
+from agentrt.model.providers._wire_tools import WireTools
 
 __all__ = ["AnthropicChatModel", "format_messages"]
 
@@ -176,8 +177,7 @@ class AnthropicChatModel(ChatModel):
         self._given_client = client
         # One SDK client per event loop: its connection pool is bound to the loop that opened it.
         self._clients: LoopClients[anthropic.AsyncAnthropic] = LoopClients(self._open_client, _close_client)
-        self._tools_key: tuple[ToolSchema, ...] = ()
-        self._tools_wire: list[dict[str, Any]] = []
+        self._tools = WireTools(_wire_tools)
 
     # -- client lifecycle ------------------------------------------------------------------
     def _new_client(self) -> anthropic.AsyncAnthropic:
@@ -228,7 +228,7 @@ class AnthropicChatModel(ChatModel):
         if system is not None:
             body["system"] = system
         if tools:
-            body["tools"] = self._wire_tools(tools)
+            body["tools"] = self._tools.get(tools)
             choice = _tool_choice(opts.tool_choice, opts.parallel_tool_calls)
             if choice is not None:
                 body["tool_choice"] = choice
@@ -263,23 +263,6 @@ class AnthropicChatModel(ChatModel):
             else:
                 body[name] = value
         return body, headers, opts.timeout
-
-    def _wire_tools(self, tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
-        # Agents send the same schema objects every step: convert them once.
-        key = tuple(tools)
-        cached = self._tools_key
-        if len(key) == len(cached) and all(a is b for a, b in zip(key, cached, strict=True)):
-            return self._tools_wire
-        wire: list[dict[str, Any]] = []
-        for t in tools:
-            entry: dict[str, Any] = {"name": t.name, "input_schema": dict(t.parameters)}
-            if t.description:
-                entry["description"] = t.description
-            if t.strict:
-                entry["strict"] = True
-            wire.append(entry)
-        self._tools_key, self._tools_wire = key, wire
-        return wire
 
     # -- streaming -------------------------------------------------------------------------
     async def stream(
@@ -590,6 +573,18 @@ def _image(source: str | Base64Source) -> dict[str, Any]:
         media_type = header[5:].split(";", 1)[0] or "image/png"
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
     return {"type": "image", "source": {"type": "url", "url": source}}
+
+
+def _wire_tools(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = []
+    for t in tools:
+        entry: dict[str, Any] = {"name": t.name, "input_schema": dict(t.parameters)}
+        if t.description:
+            entry["description"] = t.description
+        if t.strict:
+            entry["strict"] = True
+        wire.append(entry)
+    return wire
 
 
 def _tool_choice(choice: str | Mapping[str, Any] | None, parallel: bool | None) -> dict[str, Any] | None:

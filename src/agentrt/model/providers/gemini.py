@@ -61,6 +61,7 @@ from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCal
 from agentrt.model.providers._errors import classify_api_error
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
+from agentrt.model.providers._wire_tools import WireTools
 
 __all__ = ["GeminiChatModel", "format_contents"]
 
@@ -194,8 +195,7 @@ class GeminiChatModel(ChatModel):
         self._given_client = client
         # One SDK client per event loop, closed with the loop (its aiohttp session is bound to it).
         self._clients: LoopClients[tuple[genai.Client, Any]] = LoopClients(self._new_client, _close_client)
-        self._tools_key: tuple[ToolSchema, ...] = ()
-        self._tools_wire: list[types.Tool] = []
+        self._tools = WireTools(_wire_tools)
 
     # -- client lifecycle ------------------------------------------------------------------
     async def _new_client(self) -> tuple[genai.Client, Any]:
@@ -262,7 +262,7 @@ class GeminiChatModel(ChatModel):
         if system:
             config["system_instruction"] = system
         if tools:
-            config["tools"] = self._wire_tools(tools)
+            config["tools"] = self._tools.get(tools)
             tool_config = _tool_config(opts.tool_choice)
             if tool_config is not None:
                 config["tool_config"] = tool_config
@@ -291,28 +291,6 @@ class GeminiChatModel(ChatModel):
             return contents, types.GenerateContentConfig(**config)
         except pydantic.ValidationError as exc:
             raise UserError(f"invalid Gemini generation options: {exc}") from exc
-
-    def _wire_tools(self, tools: Sequence[ToolSchema]) -> list[types.Tool]:
-        # Agents send the same schema objects every step: convert them once.
-        key = tuple(tools)
-        cached = self._tools_key
-        if len(key) == len(cached) and all(a is b for a, b in zip(key, cached, strict=True)):
-            return self._tools_wire
-        declarations = []
-        for t in tools:
-            params = dict(t.parameters)
-            declarations.append(
-                types.FunctionDeclaration(
-                    name=t.name,
-                    description=t.description or None,
-                    # JSON Schema as is ($ref/$defs included): the API reads it as JSON Schema. A tool
-                    # without parameters sends none (an empty object schema is rejected by some models).
-                    parameters_json_schema=params if params.get("properties") or "$ref" in params else None,
-                )
-            )
-        wire = [types.Tool(function_declarations=declarations)]
-        self._tools_key, self._tools_wire = key, wire
-        return wire
 
     # -- calls -----------------------------------------------------------------------------
     async def stream(
@@ -646,6 +624,22 @@ def _extra_config(extra: Mapping[str, Any]) -> dict[str, Any]:
             )
         config[name] = value
     return config
+
+
+def _wire_tools(tools: Sequence[ToolSchema]) -> list[types.Tool]:
+    declarations = []
+    for t in tools:
+        params = dict(t.parameters)
+        declarations.append(
+            types.FunctionDeclaration(
+                name=t.name,
+                description=t.description or None,
+                # JSON Schema as is ($ref/$defs included): the API reads it as JSON Schema. A tool
+                # without parameters sends none (an empty object schema is rejected by some models).
+                parameters_json_schema=params if params.get("properties") or "$ref" in params else None,
+            )
+        )
+    return [types.Tool(function_declarations=declarations)]
 
 
 def _tool_config(choice: str | Mapping[str, Any] | None) -> types.ToolConfig | None:

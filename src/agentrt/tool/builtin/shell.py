@@ -874,14 +874,8 @@ def _long_option(spec: _Spec, text: str, args: list[str], i: int) -> tuple[list[
     check = optional if optional is not None else spec.long_values.get(name)
     if check is None:
         return None
-    if not has_value:
-        if i >= len(args):
-            return None
-        value = args[i]
-        i += 1
-    if not check(value):
-        return None
-    return [(name, value)], i
+    read = _option_value(check, value if has_value else None, args, i)
+    return None if read is None else ([(name, read[0])], read[1])
 
 
 def _short_options(spec: _Spec, body: str, args: list[str], i: int) -> tuple[list[_Option], int] | None:
@@ -896,17 +890,23 @@ def _short_options(spec: _Spec, body: str, args: list[str], i: int) -> tuple[lis
         check = spec.short_values.get(letter)
         if check is None:
             return None
-        value = body[j + 1 :]
-        if not value:
-            if i >= len(args):
-                return None
-            value = args[i]
-            i += 1
-        if not check(value):
+        read = _option_value(check, body[j + 1 :] or None, args, i)
+        if read is None:
             return None
+        value, i = read
         found.append((letter, value))
         break
     return found, i
+
+
+def _option_value(check: _Check, attached: str | None, args: list[str], i: int) -> tuple[str, int] | None:
+    """An option's value (`attached`, else ``args[i]``) and the next index, or None if missing or refused."""
+    if attached is None:
+        if i >= len(args):
+            return None
+        attached = args[i]
+        i += 1
+    return (attached, i) if check(attached) else None
 
 
 def _git_is_read_only(args: list[str], root: str) -> bool:
