@@ -8,6 +8,8 @@ Errors are split by who has to act on them::
     │   ├── InvalidTypeError           a value of the wrong type (also a TypeError)
     │   ├── NotPendingError            an answer for a tool call that does not wait (stale,
     │   │                              already answered, interrupted, or never asked)
+    │   ├── InvalidAnswerError         an answer to a question (MCP elicitation) that does not fit
+    │   │                              it: its content fails the requested schema (also a ValueError)
     │   └── ToolDefinitionError        a function cannot become a tool (also a ToolError)
     ├── ModelError                     the model or its provider failed
     │   ├── ModelAPIError              the provider answered with an error status
@@ -45,6 +47,7 @@ __all__ = [
     "AuthenticationError",
     "ContextWindowExceededError",
     "DuplicateToolError",
+    "InvalidAnswerError",
     "InvalidTypeError",
     "InvalidValueError",
     "McpCallLostError",
@@ -97,6 +100,20 @@ class NotPendingError(UserError):
     def __init__(self, message: str, tool_call_ids: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.tool_call_ids = tuple(tool_call_ids)
+
+
+class InvalidAnswerError(UserError, ValueError):
+    """An answer that does not fit the question it answers (an MCP server's form, a URL, an approval).
+
+    Raised by ``agent.answer`` before anything reaches the asking tool or server; the question stays
+    open for a corrected answer. `problems` lists ``{"field": name or "", "message": text}``, one per
+    invalid field (``""`` for the answer as a whole).
+    """
+
+    def __init__(self, message: str, *, question_id: str = "", problems: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.question_id = question_id
+        self.problems = problems or []
 
 
 class ModelError(AgentrtError):

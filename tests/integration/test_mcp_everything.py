@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, ToolUseBlock
-from agentrt.events import AgentEvent, ToolResult, event_from_dict
+from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, ToolUseBlock
+from agentrt.events import AgentEvent, RunFinished, ToolResult, event_from_dict
 from agentrt.model import ScriptedModel
 from agentrt.state import InMemoryStateStore
 from agentrt.tool.mcp import (
@@ -344,6 +344,128 @@ async def test_elicitation_form_and_url_through_the_handler() -> None:
         assert not [e for e in events if isinstance(e, McpProgress)]
     finally:
         await toolkit.aclose()
+
+
+# --------------------------------------------------------------------------------------------------
+# elicitation through the run: the reference server's questions answered by the run's human
+# --------------------------------------------------------------------------------------------------
+ANSWER = {
+    "name": "Ann Example",
+    "check": True,
+    "email": "ann@example.com",
+    "birthdate": "1990-02-03",
+    "integer": 7,
+    "untitledSingleSelectEnum": "Ross",
+    "untitledMultipleSelectEnum": ["Piano", "Drums"],
+    "titledSingleSelectEnum": "hero-2",
+    "titledMultipleSelectEnum": ["fish-2"],
+    "legacyTitledEnum": "pet-3",
+}
+
+
+async def test_the_runs_human_answers_the_reference_servers_form() -> None:
+    from agentrt.errors import InvalidAnswerError
+    from agentrt.tool.questions import schema_problem
+
+    model = ScriptedModel([ToolUseBlock(id="form", name=E + "trigger-elicitation-request", input={}), "Thanks."])
+    toolkit = Toolkit()
+    await toolkit.register_mcp(stdio_client(), include="trigger-elicitation-request")  # no handler
+    agent = agent_with(toolkit, model)
+    ctx = RuntimeContext("u3", "s3")
+    events: list[AgentEvent] = []
+    try:
+        async for event in agent.stream_events("Ask me", ctx):
+            events.append(event)
+            if isinstance(event, McpElicitation):
+                # The reference schema (formats, ranges, single and multiple choices, titled and
+                # legacy enums) is the spec's flat form: it can be shown, and answers are checked.
+                assert schema_problem(event.requested_schema) is None
+                assert [q.id for q in agent.questions(ctx)] == [event.question_id]
+                assert not agent.answer(RuntimeContext("intruder", "s3"), event.question_id, {"action": "decline"})
+                with pytest.raises(InvalidAnswerError) as info:
+                    agent.answer(ctx, event.question_id, {"action": "accept", "content": {**ANSWER, "integer": 500}})
+                assert info.value.problems == [{"field": "integer", "message": "must be at most 100"}]
+                with pytest.raises(InvalidAnswerError):
+                    agent.answer(ctx, event.question_id, {"action": "accept", "content": {**ANSWER, "email": "nope"}})
+                with pytest.raises(InvalidAnswerError):
+                    bad_choice = {**ANSWER, "untitledMultipleSelectEnum": ["Kazoo"]}
+                    agent.answer(ctx, event.question_id, {"action": "accept", "content": bad_choice})
+                assert agent.answer(ctx, event.question_id, {"action": "accept", "content": ANSWER})
+    finally:
+        await toolkit.aclose()
+    output = results(events)["form"].output
+    assert "User provided the requested information" in output
+    assert "- Name: Ann Example" in output and "- Agreed to terms: true" in output
+    assert "- Email: ann@example.com" in output and "- Favorite Integer: 7" in output
+    assert '"untitledMultipleSelectEnum": [\n      "Piano",\n      "Drums"\n    ]' in output  # the raw result
+    assert [e.type for e in events].count("mcp_elicitation_closed") == 1
+
+
+async def test_the_runs_human_answers_url_and_sampling_questions(http_server: EverythingHttp) -> None:
+    url = "https://example.com/authorize?state=1"
+    model = ScriptedModel(
+        [
+            [
+                ToolUseBlock(id="url", name=E + "trigger-url-elicitation", input={"url": url}),
+            ],
+            ToolUseBlock(id="sample", name=E + "trigger-sampling-request", input={"prompt": "6*7?", "maxTokens": 20}),
+            "It is 42.",  # the server's sampling request, answered by the agent's model once approved
+            "Done.",
+        ]
+    )
+    client = McpClient.http(http_server.url, name="everything", sampling_model=model, sampling_approval=True)
+    toolkit = Toolkit()
+    await toolkit.register_mcp(client, include=["trigger-url-elicitation", "trigger-sampling-request"])
+    agent = agent_with(toolkit, model)
+    ctx = RuntimeContext("u4", "s4")
+    asked: list[McpElicitation] = []
+    events: list[AgentEvent] = []
+    try:
+        async for event in agent.stream_events("Authorize, then ask", ctx):
+            events.append(event)
+            if isinstance(event, McpElicitation):
+                asked.append(event)
+                assert agent.answer(ctx, event.question_id, ElicitationAnswer.accept())
+    finally:
+        await toolkit.aclose()
+    assert [(a.mode, a.tool_call_id) for a in asked] == [("url", "url"), ("sampling", "sample")]
+    assert asked[0].url == url and "6*7?" in asked[1].message
+    by_id = results(events)
+    assert '"action": "accept"' in by_id["url"].output
+    assert '"text": "It is 42."' in by_id["sample"].output
+
+
+async def test_an_unanswered_reference_question_expires_as_cancel() -> None:
+    model = ScriptedModel([ToolUseBlock(id="form", name=E + "trigger-elicitation-request", input={}), "Okay."])
+    toolkit = Toolkit()
+    await toolkit.register_mcp(stdio_client(elicitation_timeout=0.3), include="trigger-elicitation-request")
+    try:
+        events = [e async for e in agent_with(toolkit, model).stream_events("Ask me", RuntimeContext("u5", "s5"))]
+    finally:
+        await toolkit.aclose()
+    assert "User cancelled the elicitation dialog" in results(events)["form"].output
+    [closed] = [e for e in events if e.type == "mcp_elicitation_closed"]
+    assert closed.reason == "expired"  # type: ignore[attr-defined]
+
+
+async def test_interrupting_the_run_cancels_the_reference_question() -> None:
+    model = ScriptedModel([ToolUseBlock(id="form", name=E + "trigger-elicitation-request", input={}), "unused"])
+    toolkit = Toolkit()
+    await toolkit.register_mcp(stdio_client(), include="trigger-elicitation-request")
+    agent = agent_with(toolkit, model)
+    ctx = RuntimeContext("u6", "s6")
+    events: list[AgentEvent] = []
+    try:
+        async for event in agent.stream_events("Ask me", ctx):
+            events.append(event)
+            if isinstance(event, McpElicitation):
+                assert agent.interrupt(ctx)
+    finally:
+        await toolkit.aclose()
+    closed = [e for e in events if e.type == "mcp_elicitation_closed"]
+    assert [(c.action, c.reason) for c in closed] == [("cancel", "interrupted")]  # type: ignore[attr-defined]
+    assert isinstance(events[-1], RunFinished) and events[-1].msg.generate_reason is GenerateReason.INTERRUPTED
+    assert agent.questions(ctx) == []
 
 
 # --------------------------------------------------------------------------------------------------

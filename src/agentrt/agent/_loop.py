@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
 from agentrt import events as ev
-from agentrt.agent import _hitl, _turns
+from agentrt.agent import _hitl, _questions, _turns
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
@@ -174,6 +174,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         session_id=run.session_id,
         source=agent.name,
         add_usage=run.add_usage,
+        ask=_questions.asker(run),
     )
     resuming = run.state.pending is not None and bool(run.state.pending.calls)
     if not resuming:

@@ -14,7 +14,9 @@ from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.cache import SessionCache
 
 if TYPE_CHECKING:
+    from agentrt.agent._questions import QuestionBoard
     from agentrt.agent.base import AgentBase
+    from agentrt.tool.questions import UserQuestion
     from agentrt.tool.scope import EventSink
 
 __all__ = ["Run", "current_run"]
@@ -34,6 +36,7 @@ class Run:
         "_block_seq",
         "_dirty",
         "_lock",
+        "_questions",
         "_state",
         "_unsaved",
         "agent",
@@ -90,6 +93,7 @@ class Run:
         self._dirty: dict[str, Any] | None = None
         self._block_seq = 0
         self._lock: asyncio.Lock | None = None
+        self._questions: QuestionBoard | None = None
 
     # -- events -------------------------------------------------------------------------------------
     @property
@@ -115,6 +119,34 @@ class Run:
     def add_usage(self, usage: TokenUsage) -> None:
         """Count tokens spent in this call."""
         self.usage = usage if self.usage is None else self.usage + usage
+
+    # -- questions for the human --------------------------------------------------------------------
+    @property
+    def question_board(self) -> QuestionBoard:
+        """The open questions of the outermost run this one belongs to (created on first use)."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        board = root._questions
+        if board is None:
+            from agentrt.agent._questions import QuestionBoard
+
+            board = root._questions = QuestionBoard()
+        return board
+
+    def open_questions(self) -> list[UserQuestion]:
+        """The questions this call (or a subagent inside it) waits for its human to answer."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root._questions.listed(self) if root._questions else []
+
+    def close_questions(self, reason: str, *, announce: bool = True) -> int:
+        """Cancel the open questions of this call (and of subagents inside it); returns how many."""
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        return root._questions.close_all(self, reason, announce=announce) if root._questions else 0
 
     # -- state ----------------------------------------------------------------------------------------
     @property

@@ -19,6 +19,7 @@ from agentrt.state.base import AgentState, AgentStateStore
 
 if TYPE_CHECKING:
     from agentrt.tool.base import Tool
+    from agentrt.tool.questions import ElicitationAnswer, UserQuestion
 
 __all__ = ["AgentBase", "AgentInput"]
 
@@ -150,20 +151,51 @@ class AgentBase(abc.ABC):
         results, `msg` (if given) is added to the history, and the call returns a reply with
         `GenerateReason.INTERRUPTED`.
         """
-        if isinstance(ctx_or_user_id, RuntimeContext):
-            key = ctx_or_user_id.key
-        else:
-            key = RuntimeContext(ctx_or_user_id, session_id).key
-        run = (self._running or {}).get(key)
+        run = (self._running or {}).get(_key(ctx_or_user_id, session_id))
         if run is None:
             return False
         if isinstance(msg, str):
             msg = Msg.user(msg)
         run.interrupt_requested = True
         run.interrupt_message = msg
+        run.close_questions("interrupted")  # the tools waiting on them get "cancel" at once
         if run.task is not None and not run.task.done():
             run.task.cancel(msg="agentrt-interrupt")
         return True
+
+    def questions(
+        self, ctx_or_user_id: RuntimeContext | str | None = None, session_id: str | None = None
+    ) -> list[UserQuestion]:
+        """The questions the call running on one session waits for its human to answer, oldest first.
+
+        Tools ask them in the middle of a call (an MCP server's elicitation, a sampling approval);
+        each was announced with an ``mcp_elicitation`` event carrying its id. Only the session's
+        own questions are listed (its subagents' included): never another user's or session's.
+        """
+        run = (self._running or {}).get(_key(ctx_or_user_id, session_id))
+        return run.open_questions() if run is not None else []
+
+    def answer(
+        self,
+        ctx_or_user_id: RuntimeContext | str | None,
+        question_id: str,
+        answer: ElicitationAnswer | Mapping[str, Any],
+        *,
+        session_id: str | None = None,
+    ) -> bool:
+        """Answer an open question of the call running on one session; True if it was waiting.
+
+        `answer` is an `ElicitationAnswer` or its JSON form ``{"action": "accept" | "decline" |
+        "cancel", "content": {...}}``. It is validated against the question first: an accepted
+        form must fit the requested schema, or `InvalidAnswerError` is raised and the question
+        stays open. False when no such question waits on this session (unknown id, already
+        settled, expired, another user's or session's, or the call runs in another process).
+        Call it on the event loop running the call (as `interrupt`).
+        """
+        run = (self._running or {}).get(_key(ctx_or_user_id, session_id))
+        if run is None or not isinstance(question_id, str):
+            return False
+        return run.question_board.answer(run, question_id, answer)
 
     def as_tool(
         self,
@@ -223,6 +255,7 @@ class AgentBase(abc.ABC):
                     run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                 raise
             finally:
+                run.close_questions("ended", announce=False)  # a finished run leaves none behind
                 current_run.reset(run_token)
                 RuntimeContext._reset(token)
                 if running.get(key) is run:
@@ -234,6 +267,12 @@ class AgentBase(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def _key(ctx_or_user_id: RuntimeContext | str | None, session_id: str | None) -> tuple[str, str]:
+    if isinstance(ctx_or_user_id, RuntimeContext):
+        return ctx_or_user_id.key
+    return RuntimeContext(ctx_or_user_id, session_id).key
 
 
 def _as_input(value: Any, name: str | None) -> list[Msg]:

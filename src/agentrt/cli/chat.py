@@ -1,9 +1,10 @@
 """``agentrt chat``: an interactive chat with an agent in the terminal.
 
 Replies stream as they are generated (thinking dim), tool calls and their results show as they
-happen, approvals are asked inline (yes / no / edit the arguments / always allow), Ctrl-C
-interrupts the reply in progress and keeps the session, and the session lives in a state store
-so a later ``agentrt chat --session ID`` continues it.
+happen, approvals are asked inline (yes / no / edit the arguments / always allow), questions an
+MCP server asks during a tool call are put to the user field by field (the run waits meanwhile),
+Ctrl-C interrupts the reply in progress and keeps the session, and the session lives in a state
+store so a later ``agentrt chat --session ID`` continues it.
 
 The prompt is read in the main thread between runs (so readline editing works and Ctrl-C at the
 prompt is an ordinary `KeyboardInterrupt`); each run goes through one `asyncio.Runner` kept for
@@ -28,7 +29,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from agentrt.state.pending import Pending, PendingCall, flatten_pending
@@ -73,9 +74,18 @@ HELP = """\
   Ctrl-C        interrupt it (the session keeps everything so far); twice: stop at once
 [bold]approvals[/]
   y  run the tool   n  refuse it   e  edit its JSON arguments, then run   a  run it and always allow
-  such calls in this session (the suggested rule)"""
+  such calls in this session (the suggested rule)
+[bold]questions from MCP servers[/] (the tool call waits for your answer)
+  a form: answer y to fill it in field by field (Enter keeps a default or skips an optional field;
+  choices by number or name, several separated by commas), n to decline, c to cancel
+  a page to visit or leave to use the model: y / n / c; a URL is shown with its host, never opened
+  Ctrl-C or Ctrl-D while answering cancels the question"""
 _SUMMARY_CHARS = 160
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Control characters (ESC sequences can repaint the terminal) and bidirectional overrides (which
+# can disguise text): shown as escapes when they come from an untrusted MCP server.
+_UNSAFE_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SKIP: Any = object()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -266,6 +276,26 @@ def _args_json(args: Mapping[str, Any]) -> str:
     return json.dumps(dict(args), ensure_ascii=False, default=str)
 
 
+def _safe(text: Any) -> str:
+    """Untrusted text as printable text: control characters and direction overrides become escapes."""
+    return _UNSAFE_CHARS.sub(lambda m: f"\\u{ord(m[0]):04x}", str(text))
+
+
+def _url_host(url: Any) -> str:
+    """The host a URL points at, as the user should check it (empty when it is not plain http or https)."""
+    from agentrt.tool.questions import url_problem
+
+    if url_problem(url) is not None:
+        return ""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(str(url)).hostname or ""
+    try:
+        return host.encode("idna").decode("ascii")  # xn--: a look-alike name shows as what it is
+    except UnicodeError:
+        return host
+
+
 def describe_rule(rule: "PermissionRule") -> str:
     """A short human form of a permission rule: ``tool`` or ``tool key=pattern``."""
     if not rule.args:
@@ -324,70 +354,108 @@ class ChatRenderer:
         return "" if not event.source or event.source == self.agent_name else f"[{event.source}] "
 
     def feed(self, event: "AgentEvent") -> None:
-        """Print one event."""
-        from agentrt import events as ev
+        """Print one event (types this chat does not show are skipped)."""
+        show = getattr(self, f"_on_{event.type}", None)
+        if show is not None:
+            show(event, self._source(event))
 
-        src = self._source(event)
-        if isinstance(event, ev.ModelCallStarted):
-            self._close()
-            if not src:
-                self.steps = max(self.steps, event.step)
-        elif isinstance(event, ev.ThinkingDelta):
-            if self.show_thinking and event.delta:
-                self._stream("k" + event.block_id, f"{src}thinking: ", "dim", event.delta, "dim italic")
-        elif isinstance(event, ev.TextDelta):
-            self._stream("t" + event.block_id, f"{src}{self.agent_name} {ANGLE} ", "bold green", event.delta, "")
-        elif isinstance(event, ev.ToolCallStarted):
-            self._shown_calls.add(event.tool_call_id)
-            self._args_shown[event.block_id] = 0
-            if not src:
-                self.tool_calls += 1
-            self._stream("c" + event.block_id, f"{src}→ {event.name} ", "bold magenta", "", "")
-        elif isinstance(event, ev.ToolCallDelta):
-            shown = self._args_shown.get(event.block_id, 0)
-            if shown < 300:
-                piece = event.delta[: 300 - shown] + ("…" if shown + len(event.delta) > 300 else "")
-                self._args_shown[event.block_id] = shown + len(event.delta)
-                self._stream("c" + event.block_id, f"{src}→ ", "bold magenta", piece, "magenta")
-        elif isinstance(event, ev.ModelCallFinished):
-            self._close()
-            for call in event.msg.tool_calls:
-                if call.id not in self._shown_calls:
-                    self._shown_calls.add(call.id)
-                    if not src:
-                        self.tool_calls += 1
-                    self.line(_one_line(_args_json(call.input), 300), "magenta", prefix=f"{src}→ {call.name} ",
-                              prefix_style="bold magenta")  # fmt: skip
-        elif isinstance(event, ev.ModelRestarted):
-            self.note(f"{src}(the model stream restarted: {event.reason}; the partial reply above is discarded)")
-        elif isinstance(event, ev.ToolResult):
-            result = event.result
-            ok = result.state == "success"
-            mark = "✓" if ok else f"✗ {result.state}"
-            took = f"  ({event.elapsed * 1000:.0f} ms)" if event.elapsed else ""
-            self.line(
-                _one_line(result.text) + took,
-                "" if ok else "red",
-                prefix=f"{src}← {result.name} {mark}: ",
-                prefix_style="bold blue" if ok else "bold red",
-            )
-        elif isinstance(event, ev.RequireExternalExecution):
-            names = ", ".join(c.name for c in event.tool_calls)
-            self.note(f"{src}waiting for external tools: {names}")
-        elif isinstance(event, ev.ContextCompressed):
-            self.note(f"(context compressed: {event.before_tokens} → {event.after_tokens} tokens, tier {event.tier})")
-        elif isinstance(event, ev.Usage):
-            if not src:
-                self.usage = event.usage if self.usage is None else self.usage + event.usage
-        elif isinstance(event, ev.Interrupted):
-            self.line("the reply was interrupted; the session keeps everything so far", "yellow",
-                      prefix=f"{src}⏹ ", prefix_style="bold yellow")  # fmt: skip
-        elif isinstance(event, ev.RunError):
-            if not src:
-                self.failed = True
-                self.line(f"{event.error_type}: {event.error}", "red", prefix="error: ", prefix_style="bold red")
-        elif isinstance(event, ev.RunFinished) and not src:
+    def _on_model_call_started(self, event: Any, src: str) -> None:
+        self._close()
+        if not src:
+            self.steps = max(self.steps, event.step)
+
+    def _on_thinking_delta(self, event: Any, src: str) -> None:
+        if self.show_thinking and event.delta:
+            self._stream("k" + event.block_id, f"{src}thinking: ", "dim", event.delta, "dim italic")
+
+    def _on_text_delta(self, event: Any, src: str) -> None:
+        self._stream("t" + event.block_id, f"{src}{self.agent_name} {ANGLE} ", "bold green", event.delta, "")
+
+    def _on_tool_call_started(self, event: Any, src: str) -> None:
+        self._shown_calls.add(event.tool_call_id)
+        self._args_shown[event.block_id] = 0
+        if not src:
+            self.tool_calls += 1
+        self._stream("c" + event.block_id, f"{src}→ {event.name} ", "bold magenta", "", "")
+
+    def _on_tool_call_delta(self, event: Any, src: str) -> None:
+        shown = self._args_shown.get(event.block_id, 0)
+        if shown < 300:
+            piece = event.delta[: 300 - shown] + ("…" if shown + len(event.delta) > 300 else "")
+            self._args_shown[event.block_id] = shown + len(event.delta)
+            self._stream("c" + event.block_id, f"{src}→ ", "bold magenta", piece, "magenta")
+
+    def _on_model_call_finished(self, event: Any, src: str) -> None:
+        self._close()
+        for call in event.msg.tool_calls:
+            if call.id not in self._shown_calls:
+                self._shown_calls.add(call.id)
+                if not src:
+                    self.tool_calls += 1
+                self.line(_one_line(_args_json(call.input), 300), "magenta", prefix=f"{src}→ {call.name} ",
+                          prefix_style="bold magenta")  # fmt: skip
+
+    def _on_model_restarted(self, event: Any, src: str) -> None:
+        self.note(f"{src}(the model stream restarted: {event.reason}; the partial reply above is discarded)")
+
+    def _on_tool_result(self, event: Any, src: str) -> None:
+        result = event.result
+        ok = result.state == "success"
+        mark = "✓" if ok else f"✗ {result.state}"
+        took = f"  ({event.elapsed * 1000:.0f} ms)" if event.elapsed else ""
+        self.line(
+            _one_line(result.text) + took,
+            "" if ok else "red",
+            prefix=f"{src}← {result.name} {mark}: ",
+            prefix_style="bold blue" if ok else "bold red",
+        )
+
+    def _on_require_external_execution(self, event: Any, src: str) -> None:
+        names = ", ".join(c.name for c in event.tool_calls)
+        self.note(f"{src}waiting for external tools: {names}")
+
+    def _on_context_compressed(self, event: Any, src: str) -> None:
+        self.note(f"(context compressed: {event.before_tokens} → {event.after_tokens} tokens, tier {event.tier})")
+
+    def _on_usage(self, event: Any, src: str) -> None:
+        if not src:
+            self.usage = event.usage if self.usage is None else self.usage + event.usage
+
+    def _on_interrupted(self, event: Any, src: str) -> None:
+        self.line("the reply was interrupted; the session keeps everything so far", "yellow",
+                  prefix=f"{src}⏹ ", prefix_style="bold yellow")  # fmt: skip
+
+    def _on_run_error(self, event: Any, src: str) -> None:
+        if not src:
+            self.failed = True
+            self.line(f"{event.error_type}: {event.error}", "red", prefix="error: ", prefix_style="bold red")
+
+    def _on_run_finished(self, event: Any, src: str) -> None:
+        if not src:
             self.finish(event.msg)
+
+    def _on_mcp_elicitation(self, event: Any, src: str) -> None:
+        # The server's text is untrusted: printed as plain Text (no markup), URLs shown, never opened.
+        who = f"MCP server {_safe(event.server)!r}" if event.server else "a tool"
+        if event.mode == "url":
+            what = "asks you to visit a page"
+        elif event.mode == "sampling":
+            what = "asks to use the model"
+        else:
+            what = "asks you"
+        self.line(f"{who} {what}" + ("" if event.question_id else " (answered by the application)"),
+                  "bold yellow", prefix=f"{src}? ", prefix_style="bold yellow")  # fmt: skip
+        for text in (event.message or "").splitlines() or [""]:
+            self.line(_safe(text), prefix="  ")
+        if event.mode == "url":
+            self.line(_safe(event.url or ""), "underline", prefix="  url: ")
+            host = _url_host(event.url)
+            self.line(host or "(not an http or https address)", "bold", prefix="  host: ")
+
+    def _on_mcp_elicitation_closed(self, event: Any, src: str) -> None:
+        if event.reason != "answered":
+            why = {"expired": "expired unanswered", "interrupted": "cancelled by the interrupt"}
+            self.note(f"{src}the question was {why.get(event.reason, 'withdrawn by the server')}")
 
     def finish(self, reply: "Msg") -> None:
         """The dim footer: steps, tool calls, tokens, time (and the stop reason when unusual)."""
@@ -413,6 +481,127 @@ class ChatRenderer:
 def pending_calls(pending: Pending | Mapping[str, Any] | None) -> list[PendingCall]:
     """The calls the user must answer, from `AgentState.pending` (subagent entries flattened)."""
     return flatten_pending(Pending.coerce(pending))
+
+
+# --------------------------------------------------------------------------------------------------
+# form fields of MCP questions
+# --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigint_released(loop: asyncio.AbstractEventLoop, handler: "Callable[[], None] | None") -> "Iterator[None]":
+    """Ctrl-C raises KeyboardInterrupt again for the block, instead of calling the run's interrupt `handler`.
+
+    A question's prompt blocks the loop (the call waits on the answer anyway), so the loop could
+    not run the handler: Ctrl-C there cancels the question, and the handler is back afterwards.
+    """
+    if handler is None:
+        yield
+        return
+    loop.remove_signal_handler(signal.SIGINT)
+    try:
+        yield
+    finally:
+        loop.add_signal_handler(signal.SIGINT, handler)
+
+
+def _field_choices(prop: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(value, label)`` of a choice field (single or multiple), else empty."""
+    spec: Any = prop.get("items") if prop.get("type") == "array" else prop
+    if not isinstance(spec, Mapping):
+        return []
+    options = spec.get("oneOf") or spec.get("anyOf")
+    if isinstance(options, list):
+        return [
+            (o["const"], str(o.get("title") or o["const"]))
+            for o in options
+            if isinstance(o, Mapping) and isinstance(o.get("const"), str)
+        ]
+    values = spec.get("enum")
+    if isinstance(values, list):
+        raw_names = spec.get("enumNames")
+        names: list[Any] = raw_names if isinstance(raw_names, list) else []
+        return [(str(v), str(names[i]) if i < len(names) else str(v)) for i, v in enumerate(values)]
+    return []
+
+
+def _field_hint(prop: Mapping[str, Any], required: bool) -> str:
+    kind = prop.get("type")
+    parts = []
+    if kind == "boolean":
+        parts.append("y/n")
+    elif kind in ("integer", "number"):
+        bounds = [
+            f">= {prop['minimum']}" if "minimum" in prop else "",
+            f"<= {prop['maximum']}" if "maximum" in prop else "",
+        ]
+        parts.append(" ".join(["whole number" if kind == "integer" else "number", *[b for b in bounds if b]]))
+    elif prop.get("format"):
+        parts.append(
+            {"date": "YYYY-MM-DD", "date-time": "YYYY-MM-DDTHH:MM:SS+00:00"}.get(prop["format"], prop["format"])
+        )
+    if "default" in prop:
+        parts.append(f"default {_safe(json.dumps(prop['default'], ensure_ascii=False))}")
+    elif not required:
+        parts.append("optional")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def field_value(name: str, prop: Mapping[str, Any], raw: str, required: bool) -> tuple[Any, str | None]:
+    """What the user typed for one form field, converted: ``(value, None)`` or ``(None, problem)``.
+
+    An empty answer keeps the field's default, or leaves an optional field out (`_SKIP`).
+    Choices are taken by number or by name; several are separated by commas.
+    """
+    from agentrt.tool.questions import form_problems
+
+    if not raw:
+        if "default" in prop:
+            return prop["default"], None
+        return (_SKIP, None) if not required else (None, "this field is required")
+    value, problem = _convert(prop, raw)
+    if problem is not None:
+        return None, problem
+    problems = form_problems({"type": "object", "properties": {name: dict(prop)}}, {name: value})
+    return (value, None) if not problems else (None, problems[0]["message"])
+
+
+def _convert(prop: Mapping[str, Any], raw: str) -> tuple[Any, str | None]:
+    kind = prop.get("type")
+    choices = _field_choices(prop)
+    if kind == "array":
+        picked = [_pick(choices, part.strip()) for part in raw.split(",") if part.strip()]
+        bad = [p for p in picked if p is None]
+        return (None, "not one of the choices") if bad or not picked else (picked, None)
+    if choices:
+        value = _pick(choices, raw)
+        return (value, None) if value is not None else (None, "not one of the choices")
+    if kind == "boolean":
+        lowered = raw.lower()
+        if lowered in ("y", "yes", "true", "1"):
+            return True, None
+        if lowered in ("n", "no", "false", "0"):
+            return False, None
+        return None, "answer y or n"
+    if kind == "integer":
+        try:
+            return int(raw), None
+        except ValueError:
+            return None, "must be a whole number"
+    if kind == "number":
+        try:
+            number = float(raw)
+        except ValueError:
+            return None, "must be a number"
+        return (number, None) if number == number and abs(number) != float("inf") else (None, "must be a number")
+    return raw, None
+
+
+def _pick(choices: list[tuple[str, str]], raw: str) -> str | None:
+    if raw.isdigit() and 1 <= int(raw) <= len(choices):
+        return choices[int(raw) - 1][0]
+    for value, label in choices:
+        if raw == value or raw.lower() == label.lower():
+            return value
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -787,10 +976,98 @@ class ChatSession:
                 continue
             return value
 
+    # -- questions of the running call (MCP elicitation) ------------------------------------------------------
+    def _answer_question(self, event: Any) -> None:
+        """Put a question of the running call to the user and deliver the answer; the call waits meanwhile."""
+        from agentrt.errors import InvalidAnswerError
+        from agentrt.tool.questions import ElicitationAnswer
+
+        question = next((q for q in self.agent.questions(self.ctx) if q.id == event.question_id), None)
+        if question is None:
+            self.console.print("  (the question is no longer open)", style="dim")
+            return
+        while True:
+            try:
+                answer = self._ask_question(question)
+            except (KeyboardInterrupt, EOFError):
+                self.console.print()
+                answer = ElicitationAnswer.cancel()
+            try:
+                answered = self.agent.answer(self.ctx, question.id, answer)
+            except InvalidAnswerError as exc:
+                for problem in exc.problems:
+                    where = f"{problem['field']}: " if problem.get("field") else ""
+                    self.console.print(f"  {where}{problem['message']}", style="red", markup=False, highlight=False)
+                continue
+            break
+        if answered:
+            done = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}[answer.action]
+            self.console.print(f"  {done}; the tool call goes on", style="dim")
+        else:
+            self.console.print(
+                "  too late: the question closed before the answer (expired or withdrawn)", style="yellow"
+            )
+
+    def _ask_question(self, question: Any) -> Any:
+        """The user's `ElicitationAnswer` to `question` (KeyboardInterrupt / EOFError: they gave up)."""
+        from agentrt.tool.questions import ElicitationAnswer
+
+        if question.mode == "url":
+            choice = self._choose(f"  [bold yellow]visit it?[/] \\[y]es / \\[N]o / \\[c]ancel {ANGLE} ", default="n")
+        elif question.mode == "sampling":
+            choice = self._choose(f"  [bold yellow]allow?[/] \\[y]es / \\[N]o / \\[c]ancel {ANGLE} ", default="n")
+        else:
+            prompt = f"  [bold yellow]answer?[/] \\[Y]es, fill in the form / \\[n]o / \\[c]ancel {ANGLE} "
+            choice = self._choose(prompt, default="y")
+            if choice == "y":
+                return ElicitationAnswer.accept(self._fill_form(question.requested_schema or {}))
+        if choice == "y":
+            return ElicitationAnswer.accept()
+        return ElicitationAnswer.decline() if choice == "n" else ElicitationAnswer.cancel()
+
+    def _choose(self, prompt: str, *, default: str) -> str:
+        """``y``, ``n`` or ``c`` from the user (Enter: `default`)."""
+        while True:
+            raw = self._input(prompt).strip().lower() or default
+            if raw in ("y", "yes", "n", "no", "c", "cancel"):
+                return raw[0]
+            self.console.print("  answer y, n or c", style="dim")
+
+    def _fill_form(self, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The form's content, asked field by field, each converted and validated as it is typed."""
+        properties = schema.get("properties") or {}
+        required = set(schema.get("required") or ())
+        content: dict[str, Any] = {}
+        for name, prop in properties.items():
+            value = self._ask_field(str(name), prop if isinstance(prop, Mapping) else {}, name in required)
+            if value is not _SKIP:
+                content[str(name)] = value
+        return content
+
+    def _ask_field(self, name: str, prop: Mapping[str, Any], required: bool) -> Any:
+        from rich.markup import escape
+
+        title = _safe(prop.get("title") or name)
+        if prop.get("description"):
+            self.console.print(f"  {_safe(prop['description'])}", style="dim", markup=False, highlight=False)
+        choices = _field_choices(prop)
+        if choices:
+            listed = "  ".join(f"{i}) {_safe(label)}" for i, (_, label) in enumerate(choices, 1))
+            several = " (several: 1,3)" if prop.get("type") == "array" else ""
+            self.console.print(f"  {listed}{several}", markup=False, highlight=False)
+        hint = _field_hint(prop, required)
+        prompt = f"  [bold]{escape(title)}[/]{' [red]*[/]' if required else ''}{escape(hint)} {ANGLE} "
+        while True:
+            value, problem = field_value(name, prop, self._input(prompt).strip(), required)
+            if problem is None:
+                return value
+            self.console.print(f"  {problem}", style="red", markup=False, highlight=False)
+
     async def _stream(self, payload: Any) -> str | None:
         """Stream one call, Ctrl-C interrupting it; ``"confirm"``/``"external"`` when it paused."""
         from agentrt import events as ev
         from agentrt.message import GenerateReason
+        from agentrt.tool.questions import McpElicitation
 
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -816,7 +1093,10 @@ class ChatSession:
         try:
             async for event in self.agent.stream_events(payload, self.ctx):
                 renderer.feed(event)
-                if isinstance(event, ev.RunFinished) and event.source == self.agent.name:
+                if isinstance(event, McpElicitation) and event.question_id:
+                    with _sigint_released(loop, on_sigint if installed else None):
+                        self._answer_question(event)
+                elif isinstance(event, ev.RunFinished) and event.source == self.agent.name:
                     reason = event.msg.generate_reason
         except asyncio.CancelledError:
             if task is None or not hits:

@@ -7,23 +7,26 @@ await toolkit.register_mcp(McpClient.stdio("uvx", ["mcp-server-git"]))   # tools
 ```
 
 `client` holds the connection (reconnecting), `toolset` registers a server's tools in a
-`Toolkit`, `server` serves a toolkit or an agent (``agentrt mcp serve``). Needs the official SDK:
+`Toolkit`, `server` serves a toolkit or an agent (``agentrt mcp serve``). A server's questions
+(elicitation) go to the application's handler or to the human of the agent run that made the call
+(``mcp_elicitation`` events, ``agent.answer``; see `agentrt.tool.questions`). Needs the official SDK:
 ``pip install 'agentrt[mcp]'`` (``import agentrt`` never imports it).
 """
 
 from agentrt.errors import McpCallLostError, McpConnectionError, McpError
 from agentrt.mcp._inbound import (
-    ElicitationAnswer,
+    DEFAULT_ELICITATION_TIMEOUT,
     ElicitationHandler,
     ElicitationRequest,
-    McpElicitation,
     SamplingApproval,
     SamplingRequest,
 )
 from agentrt.mcp.client import DEFAULT_TIMEOUT, McpClient, ProgressCallback, ResourceCallback
 from agentrt.mcp.toolset import McpProgress, McpTool, register_mcp, result_to_block
+from agentrt.tool.questions import ElicitationAnswer, McpElicitation, McpElicitationClosed, UserQuestion
 
 __all__ = [
+    "DEFAULT_ELICITATION_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "ElicitationAnswer",
     "ElicitationHandler",
@@ -32,6 +35,7 @@ __all__ = [
     "McpClient",
     "McpConnectionError",
     "McpElicitation",
+    "McpElicitationClosed",
     "McpError",
     "McpProgress",
     "McpTool",
@@ -39,6 +43,7 @@ __all__ = [
     "ResourceCallback",
     "SamplingApproval",
     "SamplingRequest",
+    "UserQuestion",
     "register_mcp",
     "result_to_block",
 ]

@@ -4,10 +4,18 @@ Server-initiated requests (``sampling/createMessage``, ``elicitation/create``) a
 `Inbound`, which the client hands to the SDK session. They are attributed to the tool call that
 caused them: over streamable HTTP the SDK runs the callback in the caller's context (so
 `current_mcp_call` is set); otherwise the single call in flight on the client, if there is one.
+
+A question (an elicitation, or a sampling approval) goes to the application's
+``elicitation_handler`` when there is one; otherwise to the human of the agent run that made the
+call, through the call's `ToolCallScope.ask_user` (announced by an ``mcp_elicitation`` event,
+answered with ``agent.answer``); with neither, it is declined. The server is untrusted: a form
+whose schema is not the spec's flat object, or a URL that is not plain http(s), is declined
+without asking, and answers are validated before they are sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -17,9 +25,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import mcp_types
 
 from agentrt.errors import UserError
-from agentrt.events import AgentEvent, register_event_type
 from agentrt.mcp._content import sampling_messages
 from agentrt.message import Msg
+from agentrt.tool.questions import (
+    SAMPLING_SCHEMA,
+    ElicitationAnswer,
+    McpElicitation,
+    McpElicitationClosed,
+    UserQuestion,
+    schema_problem,
+    url_problem,
+)
 
 if TYPE_CHECKING:
     from agentrt.context import RuntimeContext
@@ -27,11 +43,14 @@ if TYPE_CHECKING:
     from agentrt.tool.scope import ToolCallScope
 
 __all__ = [
+    "DEFAULT_ELICITATION_TIMEOUT",
+    "SAMPLING_SCHEMA",
     "ElicitationAnswer",
     "ElicitationHandler",
     "ElicitationRequest",
     "McpCall",
     "McpElicitation",
+    "McpElicitationClosed",
     "SamplingApproval",
     "SamplingRequest",
     "current_mcp_call",
@@ -41,29 +60,13 @@ logger = logging.getLogger("agentrt.mcp")
 
 USER_REJECTED = -1
 """The JSON-RPC error code the MCP spec suggests for a sampling request the user rejected."""
+DEFAULT_ELICITATION_TIMEOUT = 600.0
+"""Seconds a question put to the run's human waits for the answer before it is cancelled."""
 
 
 # --------------------------------------------------------------------------------------------------
 # public types
 # --------------------------------------------------------------------------------------------------
-@register_event_type
-@dataclass(frozen=True, slots=True, kw_only=True)
-class McpElicitation(AgentEvent):
-    """An MCP server asked the user something during a tool call (type ``mcp_elicitation``).
-
-    Informational: the answer comes from the client's ``elicitation_handler``.
-    """
-
-    tool_call_id: str = ""
-    server: str = ""
-    tool: str = ""
-    mode: str = "form"
-    """``form`` (fill `requested_schema`), ``url`` (visit `url`) or ``sampling`` (approve a sampling request)."""
-    message: str = ""
-    requested_schema: dict[str, Any] | None = None
-    url: str | None = None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingRequest:
     """A server's ``sampling/createMessage``, as agentrt messages (given to a sampling approval)."""
@@ -103,26 +106,6 @@ class ElicitationRequest:
     ctx: RuntimeContext | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ElicitationAnswer:
-    """The user's answer: ``accept`` (with `content` for forms), ``decline`` or ``cancel``."""
-
-    action: Literal["accept", "decline", "cancel"]
-    content: Mapping[str, Any] | None = None
-
-    @classmethod
-    def accept(cls, content: Mapping[str, Any] | None = None) -> ElicitationAnswer:
-        return cls("accept", content)
-
-    @classmethod
-    def decline(cls) -> ElicitationAnswer:
-        return cls("decline")
-
-    @classmethod
-    def cancel(cls) -> ElicitationAnswer:
-        return cls("cancel")
-
-
 ElicitationHandler: TypeAlias = Callable[
     [ElicitationRequest], Awaitable["ElicitationAnswer | Mapping[str, Any] | bool | None"]
 ]
@@ -130,12 +113,6 @@ ElicitationHandler: TypeAlias = Callable[
 True (accept without content), False or None (decline)."""
 SamplingApproval: TypeAlias = Callable[[SamplingRequest], Awaitable[bool]]
 """``async (request) -> bool``: whether the server may have the model answer this request."""
-
-SAMPLING_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"approve": {"type": "boolean", "title": "Approve", "default": True}},
-    "required": ["approve"],
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,10 +125,17 @@ class McpCall:
     tool: str
     scope: ToolCallScope | None = None
     tool_call_id: str = ""
+    asking: set[asyncio.Future[ElicitationAnswer]] = field(default_factory=set)
+    """The questions of this call waiting for the run's human."""
 
     @property
     def ctx(self) -> RuntimeContext | None:
         return self.scope.ctx if self.scope is not None else None
+
+    def withdraw(self) -> None:
+        """The call ended: its questions still waiting are cancelled (the server is told "cancel")."""
+        for waiting in list(self.asking):
+            waiting.cancel()
 
 
 current_mcp_call: contextvars.ContextVar[McpCall | None] = contextvars.ContextVar("agentrt_mcp_call", default=None)
@@ -173,7 +157,7 @@ def _stop_reason(reply: Msg) -> str:
 class Inbound:
     """Answers a server's sampling and elicitation requests for one client."""
 
-    __slots__ = ("_approval", "_elicitation", "_inflight", "_model", "_name")
+    __slots__ = ("_approval", "_elicitation", "_inflight", "_model", "_name", "_timeout")
 
     def __init__(
         self,
@@ -183,11 +167,15 @@ class Inbound:
         sampling_model: ChatModel | str | None,
         sampling_approval: bool | SamplingApproval,
         elicitation_handler: ElicitationHandler | None,
+        elicitation_timeout: float | None = DEFAULT_ELICITATION_TIMEOUT,
     ) -> None:
-        if sampling_approval is True and elicitation_handler is None:
+        if elicitation_timeout is not None and (
+            isinstance(elicitation_timeout, bool)
+            or not isinstance(elicitation_timeout, (int, float))
+            or not elicitation_timeout > 0
+        ):
             raise UserError(
-                "McpClient sampling_approval=True asks the user through the elicitation_handler: "
-                "pass one, or pass an async callable as sampling_approval"
+                f"McpClient elicitation_timeout must be positive seconds or None, not {elicitation_timeout!r}"
             )
         if sampling_approval not in (True, False) and not callable(sampling_approval):
             raise UserError(
@@ -200,6 +188,12 @@ class Inbound:
         self._model = sampling_model
         self._approval = sampling_approval
         self._elicitation = elicitation_handler
+        self._timeout = float(elicitation_timeout) if elicitation_timeout is not None else None
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a question put to the run's human waits at most (None: no limit)."""
+        return self._timeout
 
     @property
     def samples(self) -> bool:
@@ -288,7 +282,7 @@ class Inbound:
     async def elicitation(
         self, context: Any, params: mcp_types.ElicitRequestFormParams | mcp_types.ElicitRequestURLParams
     ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
-        """The SDK's elicitation callback: the application's handler, or decline."""
+        """The SDK's elicitation callback: the application's handler, the run's human, or decline."""
         call = self._call()
         if isinstance(params, mcp_types.ElicitRequestURLParams):
             question = ElicitationRequest(
@@ -328,6 +322,41 @@ class Inbound:
             return mcp_types.ElicitResult(action="cancel")
 
     async def _ask(self, question: ElicitationRequest, call: McpCall) -> ElicitationAnswer:
+        """The answer of the application's handler, else of the run's human, else decline."""
+        scope = call.scope
+        if self._elicitation is not None:
+            self._inform(question, call)
+            return _as_answer(await self._elicitation(question))
+        if scope is None or scope.ask is None:
+            self._inform(question, call)  # nobody can answer: a UI still learns the run was asked
+            return ElicitationAnswer.decline()
+        problem = _question_problem(question)
+        if problem is not None:
+            logger.warning("MCP server %r: declined a question that cannot be shown: %s", question.server, problem)
+            return ElicitationAnswer.decline()
+        asked = UserQuestion(
+            mode=question.mode,
+            message=question.message,
+            requested_schema=question.requested_schema,
+            url=question.url,
+            server=question.server,
+            tool=call.tool,
+            tool_call_id=call.tool_call_id,
+            timeout=self._timeout,
+        )
+        waiting: asyncio.Future[ElicitationAnswer] = asyncio.ensure_future(scope.ask_user(asked))
+        call.asking.add(waiting)
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if waiting.cancelled() and (task is None or not task.cancelling()):
+                return ElicitationAnswer.cancel()  # withdrawn because the tool call ended
+            raise
+        finally:
+            call.asking.discard(waiting)
+
+    def _inform(self, question: ElicitationRequest, call: McpCall) -> None:
         scope = call.scope
         if scope is not None:
             scope.event(
@@ -340,9 +369,15 @@ class Inbound:
                 requested_schema=question.requested_schema,
                 url=question.url,
             )
-        if self._elicitation is None:
-            return ElicitationAnswer.decline()
-        return _as_answer(await self._elicitation(question))
+
+
+def _question_problem(question: ElicitationRequest) -> str | None:
+    """Why a server's question cannot be put to a human safely (None when it can)."""
+    if question.mode == "url":
+        return url_problem(question.url)
+    if question.mode == "form":
+        return schema_problem(question.requested_schema)
+    return None
 
 
 def _as_answer(value: Any) -> ElicitationAnswer:

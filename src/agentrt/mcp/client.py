@@ -69,6 +69,7 @@ from agentrt._version import version
 from agentrt.errors import McpCallLostError, McpConnectionError, McpError, UserError
 from agentrt.mcp._content import prompt_messages, read_result_blocks
 from agentrt.mcp._inbound import (
+    DEFAULT_ELICITATION_TIMEOUT,
     ElicitationHandler,
     Inbound,
     McpCall,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_ELICITATION_TIMEOUT",
     "DEFAULT_RECONNECT_DELAYS",
     "DEFAULT_TIMEOUT",
     "McpCallLostError",
@@ -129,6 +131,7 @@ class McpOptions(TypedDict, total=False):
     sampling_model: ChatModel | str | None
     sampling_approval: bool | SamplingApproval
     elicitation_handler: ElicitationHandler | None
+    elicitation_timeout: float | None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,10 +292,17 @@ class McpClient:
         reconnect_delays: Pauses before successive reconnect attempts.
         sampling_model: A `ChatModel` (or model id) that answers the server's sampling requests
             (None: sampling is not offered to the server).
-        sampling_approval: Ask before each sampling request: True asks the user through
-            `elicitation_handler`; an async callable ``(SamplingRequest) -> bool`` decides itself.
+        sampling_approval: Ask before each sampling request: True asks the user (through
+            `elicitation_handler` when given, else the human of the agent run that made the call;
+            with no way to ask, the request is refused); an async callable
+            ``(SamplingRequest) -> bool`` decides itself.
         elicitation_handler: ``async (ElicitationRequest) -> answer``, the server's questions to
-            the user (None: every question is declined).
+            the user. None (the default): a question asked during a tool call of a streamed agent
+            run goes to that run's human (an ``mcp_elicitation`` event; answer with
+            ``agent.answer``); any other is declined.
+        elicitation_timeout: Seconds a question put to the run's human waits for the answer,
+            then it is cancelled (None: until the call ends). While it waits, the tool call's own
+            timeout stands still.
     """
 
     __slots__ = (
@@ -338,6 +348,7 @@ class McpClient:
         sampling_model: ChatModel | str | None = None,
         sampling_approval: bool | SamplingApproval = False,
         elicitation_handler: ElicitationHandler | None = None,
+        elicitation_timeout: float | None = DEFAULT_ELICITATION_TIMEOUT,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise UserError(f"McpClient timeout must be positive or None, not {timeout!r}")
@@ -377,6 +388,7 @@ class McpClient:
             sampling_model=sampling_model,
             sampling_approval=sampling_approval,
             elicitation_handler=elicitation_handler,
+            elicitation_timeout=elicitation_timeout,
         )
 
     # -- constructors -------------------------------------------------------------------------------
@@ -441,15 +453,18 @@ class McpClient:
         """
         _check_url(url)
         header_dict = dict(headers) if headers else None
+        # The SDK's defaults: 30 s to connect or write, 5 minutes between bytes of an event stream.
+        # A call's stream stays quiet while its question waits for the human: outlast the question.
+        asked = options.get("elicitation_timeout", DEFAULT_ELICITATION_TIMEOUT)
+        read = None if asked is None else max(300.0, float(asked) + 30.0)
 
         async def open_http(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
             async def on_response(response: httpx2.Response) -> None:
                 await _note_stale_session(response, conn)
 
-            # The SDK's defaults: 30 s to connect or write, 5 minutes between bytes of an event stream.
             http = httpx2.AsyncClient(
                 headers=header_dict,
-                timeout=httpx2.Timeout(30.0, read=300.0),
+                timeout=httpx2.Timeout(30.0, read=read),
                 event_hooks={"response": [on_response]},
             )
             http_client = await stack.enter_async_context(http)
@@ -492,6 +507,35 @@ class McpClient:
             **options,
         )
 
+    @classmethod
+    def memory(cls, server: Any, **options: Unpack[McpOptions]) -> McpClient:
+        """A server object of the official SDK run in this process, over in-memory streams.
+
+        `server` is an ``mcp.server.mcpserver.MCPServer`` (the SDK's FastMCP) or a low-level
+        ``mcp.server.lowlevel.Server``. The server runs in the client's connection task and stops
+        with it; a reconnect starts it again on fresh streams. For tests, examples and servers
+        embedded in the application.
+        """
+        from mcp.client._memory import InMemoryTransport  # the transport of the SDK's own Client(server)
+        from mcp.server.lowlevel import Server
+        from mcp.server.mcpserver import MCPServer
+
+        if not isinstance(server, (MCPServer, Server)):
+            raise UserError(f"McpClient.memory needs an MCPServer or a low-level Server, not {type(server).__name__!r}")
+
+        async def open_memory(stack: contextlib.AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
+            streams: tuple[Any, Any] = await stack.enter_async_context(InMemoryTransport(server))
+            return streams
+
+        label = getattr(server, "name", None) or "server"
+        return cls(
+            open_memory,
+            transport="memory",
+            describe=f"in-process server {label!r}",
+            fallback_name=str(label),
+            **options,
+        )
+
     # -- identity -------------------------------------------------------------------------------------
     @property
     def name(self) -> str:
@@ -508,7 +552,7 @@ class McpClient:
 
     @property
     def transport(self) -> str:
-        """``"stdio"``, ``"http"`` or ``"sse"``."""
+        """``"stdio"``, ``"http"``, ``"sse"`` or ``"memory"``."""
         return self._transport
 
     @property
@@ -644,6 +688,7 @@ class McpClient:
             ) from exc
         finally:
             self._inflight.pop(token, None)
+            call.withdraw()
 
     # -- resources --------------------------------------------------------------------------------------
     async def list_resources(self) -> list[mcp_types.Resource]:

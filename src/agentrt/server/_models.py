@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 __all__ = [
     "AgentInfo",
     "AgentList",
+    "AnswerRequest",
+    "AnswerResponse",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionRequest",
@@ -25,6 +27,8 @@ __all__ = [
     "MessageRequest",
     "MessageResponse",
     "MsgModel",
+    "QuestionList",
+    "QuestionModel",
     "SessionList",
     "SessionState",
     "ToolResultsRequest",
@@ -203,6 +207,24 @@ class InterruptRequest(BaseModel):
     message: str | None = Field(default=None, description="A user message added to the history after the stop.")
 
 
+class AnswerRequest(BaseModel):
+    """The human's answer to a question the running call asked (an MCP server's elicitation)."""
+
+    model_config = _REQUEST
+    question_id: str = Field(
+        min_length=1, max_length=200, description="The `question_id` of the `mcp_elicitation` event."
+    )
+    action: Literal["accept", "decline", "cancel"] = Field(
+        description="`accept` (with `content` for a form; for a URL: the user agrees to visit it), `decline` or "
+        "`cancel`."
+    )
+    content: dict[str, Any] | None = Field(
+        default=None,
+        description="The form's values when accepting: an object with only the requested fields, each a string, "
+        "number, boolean or list of strings valid for its schema.",
+    )
+
+
 # -- responses ------------------------------------------------------------------------------------------------
 class MessageResponse(BaseModel):
     """The reply of a call."""
@@ -235,6 +257,40 @@ class PendingModel(BaseModel):
     tool_calls: list[PendingCall]
 
 
+class QuestionModel(BaseModel):
+    """A question the running call waits for its human to answer (see the `mcp_elicitation` event)."""
+
+    id: str
+    mode: Literal["form", "url", "sampling"] = Field(
+        description="`form`: fill `requested_schema`; `url`: agree to visit `url`; `sampling`: allow the MCP server "
+        "to have the model answer a prompt."
+    )
+    message: str = Field(description="The question, as the (untrusted) MCP server wrote it: show it as text.")
+    requested_schema: dict[str, Any] | None = None
+    url: str | None = Field(default=None, description="Show it (with its host); never open it for the user.")
+    server: str = ""
+    tool: str = ""
+    tool_call_id: str = ""
+    asked_at: float
+    expires_at: float | None = Field(default=None, description="When it is cancelled if unanswered (epoch seconds).")
+    source: str = Field(default="", description="The agent whose run asks (a subagent's name for its questions).")
+    session_id: str = ""
+
+
+class QuestionList(BaseModel):
+    """The open questions of a session's running call (on this server)."""
+
+    questions: list[QuestionModel]
+
+
+class AnswerResponse(BaseModel):
+    """The answer was taken: the asking tool (the MCP server) has it."""
+
+    answered: bool
+    question_id: str
+    action: Literal["accept", "decline", "cancel"]
+
+
 class SessionState(BaseModel):
     """A session's stored state and history."""
 
@@ -250,6 +306,9 @@ class SessionState(BaseModel):
     created_at: float
     updated_at: float
     running: bool = Field(description="Whether a call on this session runs on this server now.")
+    questions: list[QuestionModel] = Field(
+        default_factory=list, description="Questions the running call waits for its human to answer (this server)."
+    )
 
 
 class SessionInfoModel(BaseModel):

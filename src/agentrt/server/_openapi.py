@@ -23,7 +23,10 @@ _MODELS: tuple[type[BaseModel], ...] = (
     m.ConfirmRequest,
     m.ToolResultsRequest,
     m.InterruptRequest,
+    m.AnswerRequest,
     m.MessageResponse,
+    m.AnswerResponse,
+    m.QuestionList,
     m.InterruptResponse,
     m.SessionState,
     m.SessionList,
@@ -211,6 +214,33 @@ def build_openapi(
                 "responses": {
                     **_ok(m.InterruptResponse, "Whether a call was running on this server."),
                     **error_responses(400, *common, 413),
+                },
+            }
+        },
+        base + "/questions": {
+            "get": {
+                "operationId": "listQuestions",
+                "summary": "Questions the running call waits for",
+                "description": "The open questions (MCP elicitations, sampling approvals) of the call running on this "
+                "session on this server; each was announced with an `mcp_elicitation` event. Empty when none.",
+                "parameters": session_params,
+                "responses": {**_ok(m.QuestionList, "The open questions."), **error_responses(*common, 503)},
+            }
+        },
+        base + "/answers": {
+            "post": {
+                "operationId": "answerQuestion",
+                "summary": "Answer a question of the running call",
+                "description": "Delivers the human's answer to a question the running call waits for (an MCP "
+                "server's elicitation); the tool call goes on. The answer must reach the server running the call "
+                "(like an interrupt). 409 `question_not_open` when no such question waits here (unknown, settled, "
+                "expired, or asked on another replica); 422 `invalid_answer` when the content does not fit the "
+                "requested form (the question stays open; `details` names each field).",
+                "parameters": session_params,
+                "requestBody": _json_body(m.AnswerRequest),
+                "responses": {
+                    **_ok(m.AnswerResponse, "The answer was delivered."),
+                    **error_responses(400, *common, 409, 413, 503),
                 },
             }
         },

@@ -32,6 +32,7 @@ from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
 from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
+from agentrt.tool.questions import QuestionPolicy
 
 __all__ = ["ServerContext", "pending_calls", "validation_error"]
 
@@ -125,9 +126,13 @@ class ServerContext:
         return (self.state_key(self.get_agent(agent_name)), user_id, session_id)
 
     def context_for(self, user_id: str, agent_name: str, session_id: str) -> RuntimeContext:
-        """The context of a call by `user_id` on `session_id` of the agent served as `agent_name`."""
+        """The context of a call by `user_id` on `session_id` of the agent served as `agent_name`.
+
+        Its run's questions (MCP elicitations) are declined at once: a facade's client cannot see
+        them. `stream_run`, whose SSE client can answer with ``POST .../answers``, lets it ask.
+        """
         del agent_name  # the agent part of the address is the agent's state_key, added by the agent
-        return RuntimeContext(user_id=user_id, session_id=session_id)
+        return RuntimeContext(user_id=user_id, session_id=session_id).put(QuestionPolicy, QuestionPolicy(ask=False))
 
     async def ownership_check(self, user_id: str, agent_name: str, session_id: str) -> AgentState:
         """The caller's stored session, or 404: unknown and someone else's sessions look the same."""
@@ -232,6 +237,8 @@ class ServerContext:
         """
         self.ensure_accepting()
         public = ctx.key[1]
+        # The stream's client sees `mcp_elicitation` events and answers them with POST .../answers.
+        ctx.put(QuestionPolicy, QuestionPolicy(ask=True))
         live = self.runs.start_live(
             agent,
             agent_name,

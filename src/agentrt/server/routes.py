@@ -1,4 +1,4 @@
-"""The native ``/v1`` REST routes (sessions, messages, approvals, events) and the service routes.
+"""The native ``/v1`` REST routes (sessions, messages, approvals, questions, events) and the service routes.
 
 Service routes: ``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` (with the telemetry
 extra) and the web UI.
@@ -16,16 +16,23 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from agentrt import _json
 from agentrt.agent.base import AgentBase, AgentInput
-from agentrt.errors import UserError
+from agentrt.errors import InvalidAnswerError, UserError
 from agentrt.message import Msg, ToolResultBlock, block_from_dict
 from agentrt.permission import ConfirmResult
 from agentrt.server._errors import ApiError, InvalidParameterError, json_response
 from agentrt.server._limits import header_safe, parse_last_event_id, parse_uint
-from agentrt.server._models import ConfirmRequest, InterruptRequest, MessageRequest, ToolResultsRequest
+from agentrt.server._models import (
+    AnswerRequest,
+    ConfirmRequest,
+    InterruptRequest,
+    MessageRequest,
+    ToolResultsRequest,
+)
 from agentrt.server._openapi import build_openapi
 from agentrt.server._sse import EventStreamResponse
 from agentrt.server.context import ServerContext, pending_calls
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
+from agentrt.tool.questions import ElicitationAnswer
 
 __all__ = ["SessionRoutes", "service_routes", "session_routes"]
 
@@ -47,6 +54,8 @@ def session_routes(server: ServerContext) -> list[BaseRoute]:
         Route(session + "/confirm", api.post_confirm, methods=["POST"]),
         Route(session + "/tool-results", api.post_tool_results, methods=["POST"]),
         Route(session + "/interrupt", api.post_interrupt, methods=["POST"]),
+        Route(session + "/questions", api.get_questions, methods=["GET"]),
+        Route(session + "/answers", api.post_answer, methods=["POST"]),
         Route(session + "/events", api.get_events, methods=["GET"]),
     ]
 
@@ -190,8 +199,46 @@ class SessionRoutes:
             await self.server.ownership_check(user_id, name, session_id)
         return json_response({"interrupted": agent.interrupt(ctx, msg=body.message)})
 
+    async def get_questions(self, request: Request) -> Response:
+        user_id, name, agent, session_id = self._target(request)
+        ctx = self.server.context_for(user_id, name, session_id)
+        questions = agent.questions(ctx)
+        if not questions:
+            await self._known(user_id, name, session_id)
+        return json_response({"questions": [q.to_dict() for q in questions]})
+
+    async def post_answer(self, request: Request) -> Response:
+        """Deliver the human's answer to a question the running call waits for (in this process)."""
+        user_id, name, agent, session_id = self._target(request)
+        body = await self.server.parse_body(request, AnswerRequest)
+        ctx = self.server.context_for(user_id, name, session_id)
+        waiting = [q.id for q in agent.questions(ctx)]
+        if body.question_id not in waiting:
+            await self._known(user_id, name, session_id)
+            raise _not_open(body.question_id, waiting)
+        try:
+            answered = agent.answer(ctx, body.question_id, ElicitationAnswer(body.action, body.content))
+        except InvalidAnswerError as exc:
+            details = [
+                {
+                    "loc": ["content", p["field"]] if p.get("field") else ["content"],
+                    "msg": p.get("message", ""),
+                    "type": "invalid_answer",
+                }
+                for p in exc.problems
+            ]
+            raise ApiError(422, str(exc), code="invalid_answer", param="content", details=details) from None
+        if not answered:  # settled meanwhile (expired, interrupted, withdrawn by the server)
+            raise _not_open(body.question_id, [q.id for q in agent.questions(ctx)])
+        return json_response({"answered": True, "question_id": body.question_id, "action": body.action})
+
+    async def _known(self, user_id: str, name: str, session_id: str) -> None:
+        """404 unless the caller has this session (running here, or stored)."""
+        if not self.server.runs.is_running(self.server.session_address(user_id, name, session_id)):
+            await self.server.ownership_check(user_id, name, session_id)
+
     async def get_session(self, request: Request) -> Response:
-        user_id, name, _agent, session_id = self._target(request)
+        user_id, name, agent, session_id = self._target(request)
         limit = _int_query(request, "limit", default=None, low=0, high=1_000_000)
         state = await self.server.ownership_check(user_id, name, session_id)
         messages = state.messages if limit is None else state.messages[len(state.messages) - limit :] if limit else []
@@ -213,6 +260,7 @@ class SessionRoutes:
                 "created_at": state.created_at,
                 "updated_at": state.updated_at,
                 "running": self.server.runs.is_running(self.server.session_address(user_id, name, session_id)),
+                "questions": [q.to_dict() for q in agent.questions(self.server.context_for(user_id, name, session_id))],
             }
         )
 
@@ -285,6 +333,18 @@ class SessionRoutes:
         return json_response(
             {"agents": [{"name": name, "description": agent.description} for name, agent in self.server.agents.items()]}
         )
+
+
+def _not_open(question_id: str, waiting: list[str]) -> ApiError:
+    shown = question_id if len(question_id) <= 100 else question_id[:100] + "..."
+    open_now = f"open: {', '.join(waiting)}" if waiting else "none is open"
+    return ApiError(
+        409,
+        f"question {shown!r} does not wait for an answer in this session on this server ({open_now}); an answer "
+        "must reach the server running the call, before the question expires",
+        code="question_not_open",
+        param="question_id",
+    )
 
 
 def _msg_from_json(item: Any, where: str) -> Msg:

@@ -28,7 +28,8 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import META_ARGUMENTS_ERROR
 from agentrt.tool.base import Tool
-from agentrt.tool.scope import EventSink, ToolCallScope, UsageSink
+from agentrt.tool.questions import AskUser
+from agentrt.tool.scope import CallClock, EventSink, ToolCallScope, UsageSink
 
 __all__ = ["META_SUSPENDED", "CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
 
@@ -90,12 +91,14 @@ class ToolExecutor:
 
     Each call runs under a `ToolCallScope` built from `ctx` and the keyword arguments: `emit`
     takes the events tools stream (None: nobody streams), `reply_id`, `session_id` and `source`
-    stamp them, `add_usage` counts tokens spent on a call's behalf.
+    stamp them, `add_usage` counts tokens spent on a call's behalf, `ask` puts a call's questions
+    to the run's human (None: the run cannot ask; questions are declined).
     """
 
     __slots__ = (
         "_active_groups",
         "_add_usage",
+        "_ask",
         "_counts",
         "_emit",
         "_reply_id",
@@ -118,6 +121,7 @@ class ToolExecutor:
         session_id: str | None = None,
         source: str = "",
         add_usage: UsageSink | None = None,
+        ask: AskUser | None = None,
     ) -> None:
         self.tools = tools
         self.ctx = ctx
@@ -129,9 +133,10 @@ class ToolExecutor:
         self._session_id = ctx.key[1] if session_id is None else session_id
         self._source = source
         self._add_usage = add_usage
+        self._ask = ask
 
-    def scope(self, call: ToolUseBlock) -> ToolCallScope:
-        """The scope `call` runs under (bound by `execute`)."""
+    def scope(self, call: ToolUseBlock, clock: CallClock | None = None) -> ToolCallScope:
+        """The scope `call` runs under (bound by `execute`); `clock` is its pausable deadline."""
         return ToolCallScope(
             call_id=call.id,
             tool_name=call.name,
@@ -142,6 +147,8 @@ class ToolExecutor:
             session_id=self._session_id,
             source=self._source,
             add_usage=self._add_usage,
+            ask=self._ask,
+            clock=clock,
         )
 
     def set_active_groups(self, groups: frozenset[str] | None) -> None:
@@ -188,14 +195,23 @@ class ToolExecutor:
                     "Do not call it again; continue with the results you have.",
                 )
             self._counts[tool.name] = used + 1
+        # Only a call that can ask its human needs a pausable deadline.
+        clock = CallClock() if self._ask is not None and tool.timeout is not None else None
         try:
-            with self.scope(call).bind():
+            with self.scope(call, clock).bind():
                 async with self._semaphore:
                     if tool.timeout is None:
                         value = await tool.invoke(call.input, self.ctx)
                     else:
-                        async with asyncio.timeout(tool.timeout):
-                            value = await tool.invoke(call.input, self.ctx)
+                        async with asyncio.timeout(tool.timeout) as deadline:
+                            if clock is None:
+                                value = await tool.invoke(call.input, self.ctx)
+                            else:
+                                clock.attach(deadline)
+                                try:
+                                    value = await tool.invoke(call.input, self.ctx)
+                                finally:
+                                    clock.detach()
         except ToolArgumentsError as exc:
             return error_result(call, str(exc))
         except ToolRetry as exc:

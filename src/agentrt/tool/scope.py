@@ -1,8 +1,9 @@
 """`ToolCallScope`: what a running tool knows about its call, set by the executor for each call.
 
 Tools (and what they call: emitters, MCP clients) read `ToolCallScope.current()`; they never
-reach into the agent loop. The agent fills in the event sink and the ids when it builds the
-executor; outside an agent run (or when nobody streams) `emit` is None and emitting is a no-op.
+reach into the agent loop. The agent fills in the event sink, the ids and the question channel
+(`ask`) when it builds the executor; outside an agent run (or when nobody streams) `emit` and
+`ask` are None: emitting is a no-op and a question is declined.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrt.context import RuntimeContext
 from agentrt.events import AgentEvent
 from agentrt.message import TokenUsage
+from agentrt.tool.questions import AskUser, ElicitationAnswer, UserQuestion
 
-__all__ = ["EventSink", "ToolCallScope", "UsageSink"]
+__all__ = ["CallClock", "EventSink", "ToolCallScope", "UsageSink"]
 
 EventSink = Callable[[AgentEvent], None]
 """Takes one event into the stream of the run the tool call belongs to."""
@@ -44,6 +46,10 @@ class ToolCallScope:
     source: str = ""
     """The name of the agent running the tool (the events' ``source``)."""
     add_usage: UsageSink | None = None
+    ask: AskUser | None = None
+    """Puts a question to the run's human and waits for the answer (None: the run has no way to ask)."""
+    clock: CallClock | None = None
+    """The call's deadline, paused while the call waits for the human (None: no timeout to pause)."""
 
     @classmethod
     def current(cls) -> ToolCallScope | None:
@@ -60,6 +66,30 @@ class ToolCallScope:
         """The event loop the call runs on."""
         return self.task.get_loop() if self.task is not None else None
 
+    @property
+    def can_ask(self) -> bool:
+        """Whether the run can put a question to its human (someone streams it)."""
+        return self.ask is not None
+
+    async def ask_user(self, question: UserQuestion) -> ElicitationAnswer:
+        """Ask the run's human `question` and wait for the answer; ``decline`` when the run cannot ask.
+
+        The question is attributed to this call (its `tool_call_id`, and `tool` unless given), and
+        the call's timeout stands still while the human thinks: the question's own `timeout`
+        bounds the wait instead.
+        """
+        ask = self.ask
+        if ask is None:
+            return ElicitationAnswer.decline()
+        question = replace(
+            question, tool_call_id=question.tool_call_id or self.call_id, tool=question.tool or self.tool_name
+        )
+        clock = self.clock
+        if clock is None:
+            return await ask(question)
+        with clock.paused():
+            return await ask(question)
+
     def event(self, kind: type[AgentEvent], **fields: Any) -> None:
         """Build an event of `kind` stamped with the run's ids and emit it (no-op when nobody streams)."""
         if self.emit is not None:
@@ -73,3 +103,62 @@ class ToolCallScope:
             yield self
         finally:
             _current.reset(token)
+
+
+class CallClock:
+    """The deadline of one tool call (the executor's ``asyncio.timeout``), which questions can pause.
+
+    A call that waits for its human should not time out because the human takes a minute: while
+    at least one question of the call is open, the deadline is suspended, and it resumes with the
+    time that was left.
+    """
+
+    __slots__ = ("_left", "_paused", "_timeout")
+
+    def __init__(self) -> None:
+        self._timeout: asyncio.Timeout | None = None
+        self._paused = 0
+        self._left: float | None = None
+
+    def attach(self, timeout: asyncio.Timeout) -> None:
+        """The call entered its deadline (suspended at once if a question is already open)."""
+        self._timeout = timeout
+        if self._paused:
+            self._suspend()
+
+    def detach(self) -> None:
+        """The call left its deadline (finished, failed or timed out)."""
+        self._timeout = None
+        self._left = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Suspend the deadline for the ``with`` block (nested and concurrent blocks count)."""
+        self._paused += 1
+        if self._paused == 1:
+            self._suspend()
+        try:
+            yield
+        finally:
+            self._paused -= 1
+            if not self._paused:
+                self._resume()
+
+    def _suspend(self) -> None:
+        timeout = self._timeout
+        if timeout is None or self._left is not None or timeout.expired():
+            return
+        when = timeout.when()
+        if when is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the call just left its deadline
+            timeout.reschedule(None)
+            self._left = max(0.0, when - asyncio.get_running_loop().time())
+
+    def _resume(self) -> None:
+        timeout, left = self._timeout, self._left
+        self._left = None
+        if timeout is None or left is None or timeout.expired():
+            return
+        with contextlib.suppress(RuntimeError):
+            timeout.reschedule(asyncio.get_running_loop().time() + left)

@@ -99,6 +99,16 @@ export class Client {
     return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}`, { method: "DELETE" });
   }
 
+  /** The questions the session's running call waits for its human to answer (MCP elicitations). */
+  listQuestions(agent, sessionId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/questions`);
+  }
+
+  /** Answer one: {question_id, action: "accept" | "decline" | "cancel", content?}. */
+  answer(agent, sessionId, body) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/answers`, { method: "POST", body });
+  }
+
   interrupt(agent, sessionId) {
     return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/interrupt`, { method: "POST", body: {} });
   }

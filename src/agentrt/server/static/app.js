@@ -1,4 +1,4 @@
-// agentrt web UI: sessions, streaming chat, tool cards with approvals, state inspector.
+// agentrt web UI: sessions, streaming chat, tool cards with approvals, MCP questions, state inspector.
 //
 // Everything that comes from the server, the model or a tool is put into the page as text
 // (textContent / text nodes via dom.js), never parsed as HTML.
@@ -49,6 +49,8 @@ const app = {
   awaiting: new Map(),
   /** Answers given so far for the calls in `awaiting`, by id. */
   decisions: new Map(),
+  /** Open questions of the running call (MCP elicitations), by question id. */
+  questions: new Map(),
   /** The last state fetched from GET .../sessions/{id} (normalised), or null. */
   state: null,
   /** Approval answers waiting for the current run's stream to close. */
@@ -170,6 +172,7 @@ const OUTCOMES = {
  * status never depends on which handler happened to run last.
  */
 function currentStatus() {
+  if (app.questions.size) return ["Waiting for your answer", "attention"];
   if (app.awaiting.size) {
     const left = [...app.awaiting.keys()].filter((id) => !app.decisions.has(id)).length;
     if (left < app.awaiting.size) return [`${plural(left, "more call")} to answer`, "attention"];
@@ -255,6 +258,7 @@ const STATE_LABELS = {
   denied: "denied",
   interrupted: "interrupted",
   external: "waiting for external result",
+  asking: "waiting for your answer",
 };
 
 class ToolCard {
@@ -274,6 +278,7 @@ class ToolCard {
       this.resultPre,
     );
     this.approval = h("div", { class: "approval", hidden: true });
+    this.questions = h("div", { class: "tool-questions" });
     this.el = h(
       "section",
       { class: "tool-card", "aria-label": `Tool call ${name}`, dataset: { callId: id } },
@@ -286,6 +291,7 @@ class ToolCard {
         h("code", { class: "call-id", title: "tool call id" }, id),
       ),
       h("div", { class: "tool-section" }, h("h4", {}, "Arguments"), this.argsPre),
+      this.questions,
       this.resultSection,
       this.approval,
     );
@@ -469,6 +475,330 @@ function parseArguments(text) {
   return { value };
 }
 
+// ---------------------------------------------------------------------------------------------
+// Questions from MCP servers (elicitation): a form to fill, a page to visit, or leave to use the model.
+// The server is untrusted: its text goes in as text, its URL is shown with its host and opened only by
+// the user's own click (never automatically), and the agent validates the answer before sending it.
+
+const QUESTION_OUTCOMES = {
+  expired: "Expired unanswered: the server was told the question was cancelled.",
+  interrupted: "Cancelled: the run was interrupted.",
+  withdrawn: "Withdrawn: the tool call stopped waiting for it.",
+  ended: "Closed: the run ended.",
+  gone: "This question is no longer open.",
+};
+const ACTION_LABELS = { accept: "Accepted.", decline: "Declined.", cancel: "Cancelled." };
+
+/** A URL the user may visit: absolute http(s), a host, no credentials (which can disguise the host); else null. */
+function safeUrl(text) {
+  let url;
+  try {
+    url = new URL(String(text));
+  } catch {
+    return null;
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return null;
+  if (url.username || url.password || !url.hostname) return null;
+  return url;
+}
+
+const str = (value) => (typeof value === "string" ? value : "");
+
+/** The choices of a single-choice field: `oneOf` [{const, title}], or `enum` (with legacy `enumNames`). */
+function choicesOf(spec) {
+  if (Array.isArray(spec.oneOf)) {
+    return spec.oneOf
+      .filter((o) => o && typeof o.const === "string")
+      .map((o) => ({ value: o.const, label: str(o.title) || o.const }));
+  }
+  if (Array.isArray(spec.anyOf)) {
+    return spec.anyOf
+      .filter((o) => o && typeof o.const === "string")
+      .map((o) => ({ value: o.const, label: str(o.title) || o.const }));
+  }
+  if (Array.isArray(spec.enum)) {
+    const names = Array.isArray(spec.enumNames) ? spec.enumNames : [];
+    return spec.enum.map((v, i) => ({ value: String(v), label: str(names[i]) || String(v) }));
+  }
+  return null;
+}
+
+/** One field of a question's form, built from its (flat) JSON Schema property. */
+class FormField {
+  constructor(name, prop, required) {
+    this.name = name;
+    this.prop = prop && typeof prop === "object" ? prop : {};
+    this.required = required;
+    const p = this.prop;
+    const id = uid("qf");
+    const title = str(p.title) || name;
+    const help = str(p.description) ? h("p", { class: "field-help muted", id: `${id}-help` }, p.description) : null;
+    this.error = h("p", { class: "error field-error", id: `${id}-error` });
+    const described = [help ? `${id}-help` : "", `${id}-error`].filter(Boolean).join(" ");
+    const mark = required ? h("span", { class: "required", title: "required" }, " *") : null;
+    this.inputs = [];
+    let body;
+    if (p.type === "boolean") {
+      this.kind = "boolean";
+      const box = h("input", { type: "checkbox", id, name, "aria-describedby": described });
+      box.checked = p.default === true;
+      this.inputs.push(box);
+      body = h("label", { class: "field-check", for: id }, box, " ", title, mark);
+    } else if (p.type === "array") {
+      this.kind = "multi";
+      const choices = choicesOf(p.items && typeof p.items === "object" ? p.items : {}) || [];
+      const chosen = new Set(Array.isArray(p.default) ? p.default.map(String) : []);
+      body = h(
+        "fieldset",
+        { class: "field-choices", "aria-describedby": described },
+        h("legend", {}, title, mark),
+        choices.map((c) => {
+          const box = h("input", { type: "checkbox", name, value: c.value });
+          box.checked = chosen.has(c.value);
+          this.inputs.push(box);
+          return h("label", {}, box, " ", c.label);
+        }),
+      );
+    } else if (choicesOf(p) && p.type === "string") {
+      this.kind = "choice";
+      const select = h(
+        "select",
+        { id, name, "aria-describedby": described, "aria-required": required ? "true" : null },
+        h("option", { value: "" }, required ? "— choose —" : "— none —"),
+        choicesOf(p).map((c) => h("option", { value: c.value }, c.label)),
+      );
+      if (typeof p.default === "string") select.value = p.default;
+      this.inputs.push(select);
+      body = [h("label", { for: id }, title, mark), select];
+    } else {
+      this.kind = p.type === "integer" || p.type === "number" ? p.type : "string";
+      const type =
+        this.kind !== "string"
+          ? "number"
+          : { email: "email", uri: "url", date: "date", "date-time": "datetime-local" }[p.format] || "text";
+      const input = h("input", {
+        type,
+        id,
+        name,
+        "aria-describedby": described,
+        "aria-required": required ? "true" : null,
+        step: this.kind === "integer" ? "1" : this.kind === "number" ? "any" : null,
+        min: typeof p.minimum === "number" ? String(p.minimum) : null,
+        max: typeof p.maximum === "number" ? String(p.maximum) : null,
+        minlength: Number.isInteger(p.minLength) ? String(p.minLength) : null,
+        maxlength: Number.isInteger(p.maxLength) ? String(p.maxLength) : null,
+        autocomplete: "off",
+      });
+      if ((typeof p.default === "string" && type !== "datetime-local") || typeof p.default === "number") {
+        input.value = String(p.default);
+      }
+      this.inputs.push(input);
+      body = [h("label", { for: id }, title, mark), input];
+    }
+    this.el = h("div", { class: "field", dataset: { field: name } }, body, help, this.error);
+  }
+
+  /** {present, value} or {error}: what the answer carries for this field. */
+  read() {
+    const [first] = this.inputs;
+    switch (this.kind) {
+      case "boolean":
+        return { present: true, value: first.checked };
+      case "multi": {
+        const value = this.inputs.filter((b) => b.checked).map((b) => b.value);
+        return { present: value.length > 0 || this.required, value };
+      }
+      case "choice":
+        return first.value === "" ? { present: false } : { present: true, value: first.value };
+      case "integer":
+      case "number":
+        if (first.validity && first.validity.badInput) return { error: "not a number" };
+        if (first.value === "") return { present: false };
+        return { present: true, value: Number(first.value) };
+      default: {
+        const text = first.value;
+        if (text === "") return { present: false };
+        if (first.type === "datetime-local") {
+          const when = new Date(text);
+          if (Number.isNaN(when.getTime())) return { error: "not a valid date and time" };
+          return { present: true, value: when.toISOString() }; // RFC 3339, as the spec's date-time wants
+        }
+        return { present: true, value: text };
+      }
+    }
+  }
+
+  showError(message) {
+    this.error.textContent = message || "";
+    for (const input of this.inputs) {
+      if (message) input.setAttribute("aria-invalid", "true");
+      else input.removeAttribute("aria-invalid");
+    }
+  }
+}
+
+/** A question of the running call: the message, a form / a link / nothing, and Accept · Decline · Cancel. */
+class QuestionCard {
+  constructor(q, sessionId) {
+    this.id = q.question_id || q.id;
+    this.mode = q.mode === "url" || q.mode === "sampling" ? q.mode : "form";
+    this.sessionId = sessionId;
+    this.toolCallId = q.tool_call_id || "";
+    this.closed = false;
+    this.fields = [];
+    const server = str(q.server);
+    const who = server ? `MCP server ${server}` : str(q.tool) ? `Tool ${q.tool}` : "A tool";
+    const title =
+      this.mode === "url"
+        ? `${who} asks you to visit a page`
+        : this.mode === "sampling"
+          ? `${who} asks to use the model`
+          : `${who} asks you`;
+    const until = formatTime(q.expires_at);
+    this.status = h("p", { class: "question-status", role: "status" });
+    const parts = [h("p", { class: "question-message" }, str(q.message))];
+    if (this.mode === "form") parts.push(this.#form(q.requested_schema));
+    if (this.mode === "url") parts.push(this.#link(q.url));
+    const labels = { form: "Submit", url: "Accept", sampling: "Allow" };
+    this.accept = h("button", { type: "button", class: "accept" }, labels[this.mode]);
+    this.decline = h("button", { type: "button", class: "decline danger" }, this.mode === "sampling" ? "Deny" : "Decline");
+    this.cancel = h("button", { type: "button", class: "cancel secondary" }, "Cancel");
+    this.accept.addEventListener("click", () => this.submit("accept"));
+    this.decline.addEventListener("click", () => this.submit("decline"));
+    this.cancel.addEventListener("click", () => this.submit("cancel"));
+    this.el = h(
+      "section",
+      { class: "question-card", "aria-label": `Question from ${server || str(q.tool) || "a tool"}`, dataset: { questionId: this.id, state: "open", mode: this.mode } },
+      h(
+        "header",
+        { class: "question-head" },
+        h("span", { class: "question-icon", "aria-hidden": "true" }, "?"),
+        h("span", { class: "question-title" }, title),
+        until ? h("span", { class: "question-expiry muted" }, `answer by ${until}`) : null,
+      ),
+      parts,
+      h("div", { class: "buttons" }, this.accept, this.decline, this.cancel),
+      this.status,
+    );
+  }
+
+  #form(schema) {
+    const spec = schema && typeof schema === "object" ? schema : {};
+    const props = spec.properties && typeof spec.properties === "object" ? spec.properties : {};
+    const required = new Set(Array.isArray(spec.required) ? spec.required : []);
+    this.fields = Object.entries(props).map(([name, prop]) => new FormField(name, prop, required.has(name)));
+    const form = h("form", { class: "question-form", novalidate: true }, this.fields.map((f) => f.el));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.submit("accept");
+    });
+    return form;
+  }
+
+  #link(text) {
+    const url = safeUrl(text);
+    if (!url) {
+      return h("p", { class: "question-url error" }, "The server sent an address that cannot be shown as a link: ", h("code", {}, str(text)));
+    }
+    return h(
+      "div",
+      { class: "question-url" },
+      h("p", {}, "Host: ", h("strong", { class: "url-host" }, url.host)),
+      h(
+        "p",
+        {},
+        h("a", { href: url.href, target: "_blank", rel: "noopener noreferrer nofollow", referrerpolicy: "no-referrer" }, url.href),
+      ),
+      h("p", { class: "muted" }, "Open it yourself if you trust it; it is never opened for you."),
+    );
+  }
+
+  get controls() {
+    return [this.accept, this.decline, this.cancel, ...this.fields.flatMap((f) => f.inputs)];
+  }
+
+  #collect() {
+    const content = {};
+    let bad = false;
+    for (const field of this.fields) {
+      const read = field.read();
+      field.showError(read.error || "");
+      if (read.error) bad = true;
+      else if (read.present) content[field.name] = read.value;
+    }
+    return bad ? null : content;
+  }
+
+  async submit(action) {
+    if (this.closed || this.busy) return;
+    const body = { question_id: this.id, action };
+    if (action === "accept" && this.mode === "form") {
+      const content = this.#collect();
+      if (!content) {
+        this.status.textContent = "Check the highlighted fields.";
+        return;
+      }
+      body.content = content;
+    }
+    this.busy = true;
+    for (const c of this.controls) c.disabled = true;
+    this.status.textContent = "Sending…";
+    try {
+      await client.answer(app.agent, this.sessionId, body);
+      this.settle("answered", action);
+    } catch (err) {
+      this.busy = false;
+      if (err instanceof ApiError && err.status === 409 && err.body?.error?.code === "question_not_open") {
+        this.settle("gone");
+        return;
+      }
+      for (const c of this.controls) c.disabled = false;
+      if (err instanceof ApiError && err.status === 422) {
+        const details = Array.isArray(err.body?.error?.details) ? err.body.error.details : [];
+        for (const field of this.fields) {
+          const mine = details.filter((d) => Array.isArray(d.loc) && d.loc[1] === field.name).map((d) => d.msg);
+          field.showError(mine.join("; "));
+        }
+        const general = details.filter((d) => !Array.isArray(d.loc) || d.loc.length < 2).map((d) => d.msg);
+        this.status.textContent = general.length ? general.join("; ") : "Check the highlighted fields.";
+        return;
+      }
+      this.status.textContent = `Sending the answer failed: ${errorText(err)}`;
+    }
+  }
+
+  /** The question is settled (by this page, another tab, its timeout, an interrupt or the server). */
+  settle(reason, action) {
+    if (this.closed) return;
+    this.closed = true;
+    for (const c of this.controls) c.disabled = true;
+    this.el.dataset.state = reason === "answered" ? action || "answered" : reason;
+    this.status.textContent = reason === "answered" ? ACTION_LABELS[action] || "Answered." : QUESTION_OUTCOMES[reason] || "Closed.";
+    app.questions.delete(this.id);
+    const card = app.cards.get(this.toolCallId);
+    if (card && card.state === "asking" && ![...app.questions.values()].some((q) => q.toolCallId === this.toolCallId)) {
+      card.setState("running");
+    }
+    render();
+  }
+}
+
+/** Show a question (from an `mcp_elicitation` event, or a session's open questions after a reload). */
+function showQuestion(q, ev) {
+  const id = q.question_id || q.id;
+  if (!id || app.questions.has(id)) return;
+  const question = new QuestionCard(q, app.sessionId);
+  app.questions.set(id, question);
+  if (q.tool_call_id) {
+    const card = cardFor(q.tool_call_id, q.tool, ev);
+    follow(() => card.questions.append(question.el));
+    if (card.state === "calling" || card.state === "running") card.setState("asking");
+  } else {
+    follow(() => (ev ? turnFor(ev) : new Turn(app.agent)).append(question.el));
+  }
+  render();
+}
+
 class Turn {
   constructor(source) {
     this.source = source || app.agent || "assistant";
@@ -492,6 +822,11 @@ class Turn {
     this.stepEls.push(el);
     follow(() => this.body.append(el));
     return el;
+  }
+
+  /** Add an element of this turn (e.g. a question not tied to a tool call). */
+  append(el) {
+    return this.#add(el);
   }
 
   startStep() {
@@ -623,6 +958,7 @@ function cardFor(id, name, ev) {
 }
 
 function clearLog() {
+  app.questions.clear();
   app.turns.clear();
   app.turnList = [];
   app.cards.clear();
@@ -691,6 +1027,19 @@ function onEvent(type, ev) {
         card.setState("external");
       }
       break;
+    case "mcp_elicitation":
+      if (ev.question_id) showQuestion(ev, ev);
+      else if (ev.tool_call_id && app.cards.has(ev.tool_call_id)) {
+        // Asked and answered by the application's own handler: say so, there is nothing to answer here.
+        const who = ev.server ? `MCP server ${ev.server}` : "The tool";
+        follow(() => app.cards.get(ev.tool_call_id).questions.append(h("p", { class: "muted" }, `${who} asked: ${ev.message || ""}`)));
+      }
+      break;
+    case "mcp_elicitation_closed": {
+      const question = app.questions.get(ev.question_id);
+      if (question) question.settle(ev.reason || "answered", ev.action);
+      break;
+    }
     case "external_execution_result":
       for (const result of ev.results || []) cardFor(result.id, result.name, ev).setResult(result);
       break;
@@ -737,6 +1086,7 @@ function finishTurn(ev) {
     turn.renderFooter(reason);
   }
   if (ownRun && app.run) app.run.finished = reason;
+  if (ownRun) for (const question of [...app.questions.values()]) question.settle("ended"); // none outlives its run
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -859,9 +1209,11 @@ function render() {
   ui.interrupt.hidden = !running;
   ui.interrupt.disabled = running && app.run.interrupting;
   ui.interrupt.textContent = running && app.run.interrupting ? "Interrupting…" : "Interrupt";
-  ui.hint.textContent = awaiting
-    ? "Answer the pending approval above to continue."
-    : running
+  ui.hint.textContent = app.questions.size
+    ? "Answer the question above: the run waits for it."
+    : awaiting
+      ? "Answer the pending approval above to continue."
+      : running
       ? "The agent is working…"
       : "";
   ui.composer.setAttribute("aria-busy", String(running));
@@ -1059,6 +1411,9 @@ function renderHistory(state) {
     const waiting = pending.length > 0 && turn === last;
     if (!waiting && turn.reason && turn.reason.startsWith("awaiting_")) turn.renderFooter("answered");
   }
+  for (const q of Array.isArray(state.questions) ? state.questions : []) {
+    if (q && typeof q === "object") showQuestion(q);
+  }
   for (const call of pending) {
     const card = cardFor(call.id, call.name);
     card.setInput(call.input);
@@ -1175,6 +1530,17 @@ function renderInspector() {
         )
       : h("span", { class: "muted", "data-field": "pending" }, "none"),
   );
+  const questions = Array.isArray(state.questions) ? state.questions : [];
+  if (questions.length) {
+    row(
+      "Open questions",
+      h(
+        "ul",
+        { class: "pending-list", "data-field": "questions" },
+        questions.map((q) => h("li", {}, h("code", {}, q.server || q.tool || "tool"), ` — ${q.message || ""}`)),
+      ),
+    );
+  }
   setChildren(ui.inspector, rows);
 }
 
