@@ -41,7 +41,7 @@ from agentrt.permission import (
     check_answer_rule,
 )
 from agentrt.state.pending import CONFIRM, EXTERNAL, META_PENDING, SUBAGENT, Pending, PendingCall, flatten_pending
-from agentrt.tool._execution import META_SUSPENDED, ToolExecutor, error_result, to_result
+from agentrt.tool._execution import META_SUSPENDED, ToolExecutor, error_result, suspended_result, to_result
 
 if TYPE_CHECKING:
     from agentrt.agent.react import ReActAgent
@@ -635,12 +635,7 @@ async def _resume_subagent(
     try:
         value = await resume_fn(entry.state, answers, run.ctx)
     except ToolSuspended as exc:
-        return ToolResultBlock(
-            id=call.id,
-            name=call.name,
-            output="(waiting for the caller)",
-            metadata={META_SUSPENDED: {"pending": exc.pending, "state": exc.state}},
-        )
+        return suspended_result(call, exc)
     except UserError:
         raise
     except Exception as exc:

@@ -14,9 +14,7 @@ Built on the official SDK's low-level `Server`, which takes tool schemas as plai
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import os
 import re
 import sys
 import uuid
@@ -35,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from agentrt import _json
+from agentrt._target import import_target
 from agentrt._version import version
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
@@ -98,22 +97,7 @@ class ServedAgent(Protocol):
 
 def load_target(spec: str) -> Any:
     """Import ``MODULE:ATTR`` (ATTR may be dotted); the current directory is importable, as for uvicorn."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"expected MODULE:ATTR (e.g. 'myapp.tools:toolkit'), not {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import module {module_name!r}: {exc}") from exc
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise UserError(f"module {module_name!r} has no attribute {attr!r}") from None
-    return obj
+    return import_target(spec, example="myapp.tools:toolkit")
 
 
 def mcp_server(

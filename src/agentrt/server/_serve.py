@@ -9,17 +9,16 @@ connections.
 from __future__ import annotations
 
 import gc
-import importlib
 import inspect
 import json
 import os
-import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrt._target import import_target
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
 from agentrt.server._auth import ENV_API_KEYS, ApiKeyAuth, RateLimit, parse_api_keys_env
@@ -140,23 +139,7 @@ def load_agents(target: str) -> dict[str, AgentBase] | AgentBase | Sequence[Agen
 
     The current directory is importable, as with ``python -m``.
     """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"expected MODULE:ATTR (e.g. 'myapp.agents:assistant'), got {target!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        if exc.name == module_name or (exc.name and module_name.startswith(exc.name + ".")):
-            raise UserError(f"cannot import module {module_name!r}: {exc}") from None
-        raise
-    value: Any = module
-    for part in attr.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise UserError(f"module {module_name!r} has no attribute {attr!r}") from None
+    value = import_target(target, example="myapp.agents:assistant")
     if callable(value) and not isinstance(value, AgentBase) and not isinstance(value, type):
         value = value()
         if inspect.isawaitable(value):

@@ -44,6 +44,16 @@ def error_result(call: ToolUseBlock, message: str, state: str = "error") -> Tool
     return ToolResultBlock(id=call.id, name=call.name, output=message, state=state)  # type: ignore[arg-type]
 
 
+def suspended_result(call: ToolUseBlock, exc: ToolSuspended) -> ToolResultBlock:
+    """The placeholder result of a call that suspended: what it waits for travels in its metadata."""
+    return ToolResultBlock(
+        id=call.id,
+        name=call.name,
+        output="(waiting for the caller)",
+        metadata={META_SUSPENDED: {"pending": exc.pending, "state": exc.state}},
+    )
+
+
 def to_result(call: ToolUseBlock, value: Any) -> ToolResultBlock:
     """Convert whatever a tool returned into a `ToolResultBlock` answering `call`."""
     if isinstance(value, ToolResultBlock):
@@ -217,12 +227,7 @@ class ToolExecutor:
         except ToolRetry as exc:
             return error_result(call, exc.message)
         except ToolSuspended as exc:
-            return ToolResultBlock(
-                id=call.id,
-                name=call.name,
-                output="(waiting for the caller)",
-                metadata={META_SUSPENDED: {"pending": exc.pending, "state": exc.state}},
-            )
+            return suspended_result(call, exc)
         except TimeoutError:
             return error_result(call, f"Tool {tool.name!r} timed out after {tool.timeout:g} s.")
         except UserError:
