@@ -51,7 +51,20 @@ def serve(port: int, latency: float) -> None:
     agent = ReActAgent("bench", "You answer.", model=model)
     app = create_app({"bench": agent}, store=InMemoryStateStore(), api_keys={KEY: "bench-user"}, facades=())
 
+    profile_to = os.environ.get("AGENTRT_BENCH_PROFILE")
+    profiler = None
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile()
+
     async def stats(request: Request) -> JSONResponse:
+        if profiler is not None and profile_to:
+            if request.query_params.get("profile") == "start":
+                profiler.enable()
+            elif request.query_params.get("profile") == "stop":
+                profiler.disable()
+                profiler.dump_stats(profile_to)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return JSONResponse({"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_kib": usage.ru_maxrss})
 
@@ -124,10 +137,12 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def run(sessions: int, latency: float, rounds: int) -> dict[str, Any]:
+def run(sessions: int, latency: float, rounds: int, profile: str | None = None) -> dict[str, Any]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    if profile:
+        env["AGENTRT_BENCH_PROFILE"] = profile
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(port), "--latency", str(latency)],
         env=env,
@@ -145,11 +160,11 @@ def run(sessions: int, latency: float, rounds: int) -> dict[str, Any]:
         asyncio.run(load(url, min(100, sessions), "warmup"))
         best: dict[str, Any] | None = None
         for n in range(rounds):
-            before = _get_json(url + "/_bench/stats")["cpu_s"]
+            before = _get_json(url + "/_bench/stats" + ("?profile=start" if profile else ""))["cpu_s"]
             client_before = _own_cpu()
             wall, results = asyncio.run(load(url, sessions, f"r{n}"))
             client_cpu = _own_cpu() - client_before
-            after = _get_json(url + "/_bench/stats")
+            after = _get_json(url + "/_bench/stats" + ("?profile=stop" if profile else ""))
             row = {
                 "sessions": sessions,
                 "model_latency_s": latency,
@@ -196,10 +211,16 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=3, help="best round (by wall time) is reported")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the server (cProfile); print its top 25; write no results"
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.latency)
+        return
+    if args.profile:
+        profile_server(args.sessions, args.latency, args.rounds)
         return
     row = run(args.sessions, args.latency, args.rounds)
     print()
@@ -217,6 +238,20 @@ def main() -> None:
     }
     out.write_text(json.dumps({**meta, "result": row}, indent=2) + "\n")
     print(f"\nwritten {out}")
+
+
+def profile_server(sessions: int, latency: float, rounds: int) -> None:
+    """Run the load against a profiled server; print the server's 25 costliest functions (own time)."""
+    import pstats
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "server.prof")
+        row = run(sessions, latency, rounds, profile=path)
+        print()
+        print(table(row))
+        print("\nserver profile (cProfile adds overhead: compare shares, not absolute times)")
+        pstats.Stats(path).sort_stats("tottime").print_stats(25)
 
 
 def _has(module: str) -> bool:

