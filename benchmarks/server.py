@@ -35,7 +35,33 @@ ANSWER = "The answer to your question is forty-two, as always."
 
 
 # -- server mode -------------------------------------------------------------------------------------------------
-def serve(port: int, latency: float) -> None:
+REDIS_PREFIX = "agentrt-server-bench"
+
+
+def _store(url: str) -> Any:
+    from agentrt.state import InMemoryStateStore, store_from_url
+
+    if url == "memory":
+        return InMemoryStateStore()
+    if url.startswith("redis"):
+        return store_from_url(url, prefix=REDIS_PREFIX)
+    return store_from_url(url)
+
+
+def _drop_redis_keys(url: str) -> None:
+    """Delete the sessions the Redis row wrote (all under REDIS_PREFIX)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{REDIS_PREFIX}:*", count=5000))
+        for start in range(0, len(keys), 5000):
+            client.delete(*keys[start : start + 5000])
+    finally:
+        client.close()
+
+
+def serve(port: int, latency: float, store_url: str = "memory") -> None:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -45,11 +71,10 @@ def serve(port: int, latency: float) -> None:
     from agentrt.model import ScriptedModel
     from agentrt.server import create_app
     from agentrt.server._serve import graceful_server
-    from agentrt.state import InMemoryStateStore
 
     model = ScriptedModel([ANSWER], latency=latency, repeat=True, record=False)
     agent = ReActAgent("bench", "You answer.", model=model)
-    app = create_app({"bench": agent}, store=InMemoryStateStore(), api_keys={KEY: "bench-user"}, facades=())
+    app = create_app({"bench": agent}, store=_store(store_url), api_keys={KEY: "bench-user"}, facades=())
 
     profile_to = os.environ.get("AGENTRT_BENCH_PROFILE")
     profiler = None
@@ -137,14 +162,16 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def run(sessions: int, latency: float, rounds: int, profile: str | None = None) -> dict[str, Any]:
+def run(
+    sessions: int, latency: float, rounds: int, profile: str | None = None, store: str = "memory"
+) -> dict[str, Any]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     if profile:
         env["AGENTRT_BENCH_PROFILE"] = profile
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port), "--latency", str(latency)],
+        [sys.executable, __file__, "--serve", str(port), "--latency", str(latency), "--store", store],
         env=env,
     )
     try:
@@ -160,12 +187,14 @@ def run(sessions: int, latency: float, rounds: int, profile: str | None = None) 
         asyncio.run(load(url, min(100, sessions), "warmup"))
         best: dict[str, Any] | None = None
         for n in range(rounds):
-            before = _get_json(url + "/_bench/stats" + ("?profile=start" if profile else ""))["cpu_s"]
+            start_stats = _get_json(url + "/_bench/stats" + ("?profile=start" if profile else ""))
+            before = start_stats["cpu_s"]
             client_before = _own_cpu()
             wall, results = asyncio.run(load(url, sessions, f"r{n}"))
             client_cpu = _own_cpu() - client_before
             after = _get_json(url + "/_bench/stats" + ("?profile=stop" if profile else ""))
             row = {
+                "store": store,
                 "sessions": sessions,
                 "model_latency_s": latency,
                 "wall_s": wall,
@@ -177,6 +206,7 @@ def run(sessions: int, latency: float, rounds: int, profile: str | None = None) 
                 "total_p99_ms": 1000 * pct([r["total"] for r in results], 99),
                 "server_cpu_ms_per_run": 1000 * (after["cpu_s"] - before) / sessions,
                 "server_max_rss_mib": after["max_rss_kib"] / 1024,
+                "server_kib_per_stream": max(0, after["max_rss_kib"] - start_stats["max_rss_kib"]) / sessions,
                 "client_cpu_ms_per_run": 1000 * client_cpu / sessions,
             }
             print(
@@ -192,23 +222,42 @@ def run(sessions: int, latency: float, rounds: int, profile: str | None = None) 
         server.wait(timeout=30)
 
 
-def table(row: dict[str, Any]) -> str:
+def table(*rows: dict[str, Any]) -> str:
     lines = [
-        "| sessions | model latency | wall | first event p50 / p99 | first text p50 / p99 | done p50 / p99 "
-        "| server CPU per run | server RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {row['sessions']} | {row['model_latency_s'] * 1000:.0f} ms | {row['wall_s']:.2f} s "
-        f"| {row['first_event_p50_ms']:.0f} / {row['first_event_p99_ms']:.0f} ms "
-        f"| {row['first_text_p50_ms']:.0f} / {row['first_text_p99_ms']:.0f} ms "
-        f"| {row['total_p50_ms']:.0f} / {row['total_p99_ms']:.0f} ms "
-        f"| {row['server_cpu_ms_per_run']:.2f} ms | {row['server_max_rss_mib']:.0f} MiB |",
+        "| store | sessions | model latency | wall | first event p50 / p99 | first text p50 / p99 | done p50 / p99 "
+        "| server CPU per run | server RSS | RSS per open stream |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    for row in rows:
+        lines.append(
+            f"| {row.get('store', 'memory')} | {row['sessions']} | {row['model_latency_s'] * 1000:.0f} ms "
+            f"| {row['wall_s']:.2f} s "
+            f"| {row['first_event_p50_ms']:.0f} / {row['first_event_p99_ms']:.0f} ms "
+            f"| {row['first_text_p50_ms']:.0f} / {row['first_text_p99_ms']:.0f} ms "
+            f"| {row['total_p50_ms']:.0f} / {row['total_p99_ms']:.0f} ms "
+            f"| {row['server_cpu_ms_per_run']:.2f} ms | {row['server_max_rss_mib']:.0f} MiB "
+            f"| {row.get('server_kib_per_stream', 0):.1f} KiB |"
+        )
     return "\n".join(lines)
+
+
+def matrix() -> list[tuple[int, str]]:
+    """The committed rows: 1,000 and 10,000 sessions in memory, 10,000 on SQLite and (if it answers) Redis."""
+    import tempfile
+
+    rows = [(1000, "memory"), (10_000, "memory"), (10_000, f"sqlite:///{tempfile.mkdtemp()}/server-bench.db")]
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=1):
+            rows.append((10_000, "redis://127.0.0.1:6379/0"))
+    except OSError:
+        print("Redis is not reachable on 127.0.0.1:6379: no Redis row")
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--sessions", type=int, help="one row with this many sessions (printed, not written)")
+    parser.add_argument("--store", default="memory", help="'memory' or a store URL (with --sessions)")
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=3, help="best round (by wall time) is reported")
     parser.add_argument(
@@ -217,14 +266,26 @@ def main() -> None:
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.latency)
+        serve(args.serve, args.latency, args.store)
         return
     if args.profile:
-        profile_server(args.sessions, args.latency, args.rounds)
+        profile_server(args.sessions or 1000, args.latency, args.rounds)
         return
-    row = run(args.sessions, args.latency, args.rounds)
+    if args.sessions:
+        print(table(run(args.sessions, args.latency, args.rounds, store=args.store)))
+        return
+    rows = []
+    for sessions, store in matrix():
+        print(f"== {sessions} sessions, store {store}")
+        try:
+            rows.append(run(sessions, args.latency, args.rounds if sessions <= 1000 else 1, store=store))
+        finally:
+            if store.startswith("redis"):
+                _drop_redis_keys(store)
+    for row in rows:
+        row["store"] = row["store"].split("://")[0]
     print()
-    print(table(row))
+    print(table(*rows))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "server.json"
     import uvicorn
@@ -236,7 +297,7 @@ def main() -> None:
         "loop": "uvloop" if _has("uvloop") else "asyncio",
         "http": "httptools" if _has("httptools") else "h11",
     }
-    out.write_text(json.dumps({**meta, "result": row}, indent=2) + "\n")
+    out.write_text(json.dumps({**meta, "result": rows[0], "rows": rows}, indent=2) + "\n")
     print(f"\nwritten {out}")
 
 
