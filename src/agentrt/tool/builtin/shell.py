@@ -15,6 +15,11 @@ stderr merged into stdout:
 - **Environment**: a minimal one by default (``PATH``, ``HOME``, ``LANG``, ``LC_*``, ``TERM`` ... and
   ``PAGER=cat``), so API keys in the agent's environment do not leak into commands; pass
   ``env={...}`` to add variables, ``inherit_env=True`` to pass the whole environment.
+- **Sandbox** (``sandbox="bwrap"``): each command runs under bubblewrap in new namespaces, the system
+  read-only, the workspace read-write, no network unless ``network=True``, only its own processes
+  visible (`agentrt.tool.builtin.sandbox`). Where bwrap is missing or cannot work, building the tool
+  raises `SandboxUnavailableError`, unless ``sandbox_fallback=True`` (a warning, then unsandboxed).
+- **Limits**: ``cpu_seconds`` and ``memory_bytes`` per process (``ulimit``), with or without the sandbox.
 
 Permissions: the tool is destructive, so every call asks for approval by default (allow rules the
 user accepts, e.g. ``run_command`` with ``{"command": "pytest*"}``, then apply). Its
@@ -25,7 +30,7 @@ workspace (bounded, since the check runs on the event loop: a glob too big to ex
 and each path-like word checked with `agentrt.permission.refuse_dangerous_path`. This is a
 best-effort guard, not a sandbox: a program may still read protected files it is not told about
 (``grep -r KEY .`` reads ``.env``), and obfuscated commands get through. Approval is the gate;
-run untrusted agents in a container.
+run untrusted agents in a container, or at least with ``sandbox="bwrap"``.
 
 With ``auto_allow_read_only=True`` the check also *allows* (without asking) simple read-only
 commands, judged by an allow-list: one program from `READ_ONLY_COMMANDS` (``ls``, ``pwd``, ``cat``,
@@ -60,7 +65,7 @@ import signal
 import stat
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -69,6 +74,13 @@ from agentrt.context import RuntimeContext
 from agentrt.errors import ToolRetry, UserError
 from agentrt.permission import PermissionDecision, is_dangerous_path, refuse_dangerous_path
 from agentrt.tool.base import tool
+from agentrt.tool.builtin.sandbox import (
+    BwrapSandbox,
+    ResourceLimits,
+    SandboxKind,
+    SandboxUnavailableError,
+    open_sandbox,
+)
 from agentrt.tool.emit import ToolEmitter
 
 __all__ = [
@@ -76,6 +88,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "READ_ONLY_COMMANDS",
     "READ_ONLY_GIT_COMMANDS",
+    "SandboxUnavailableError",
     "ShellTool",
     "dangerous_references",
     "is_read_only_command",
@@ -115,6 +128,15 @@ class ShellTool:
         kill_grace: Seconds between SIGTERM and SIGKILL when a command is stopped.
         shell: The shell to run commands with (default bash, else sh).
         auto_allow_read_only: Let simple read-only commands run without approval (see above).
+        sandbox: ``"bwrap"`` to run every command in a bubblewrap sandbox (see
+            `agentrt.tool.builtin.sandbox`); None (default) runs them as the agent's own processes.
+        sandbox_fallback: When the sandbox cannot work here, log a warning once and run unsandboxed
+            instead of raising `SandboxUnavailableError`.
+        network: Let sandboxed commands use the network (without a sandbox they always can).
+        cpu_seconds: CPU seconds each process of a command may use before it is killed.
+        memory_bytes: Address space each process of a command may map; bigger allocations fail.
+        read_only_paths: More paths to mount read-only in the sandbox (a toolchain outside ``/usr``).
+        bwrap: The bwrap program (default: ``bwrap`` on PATH).
     """
 
     def __init__(
@@ -129,6 +151,13 @@ class ShellTool:
         kill_grace: float = 1.0,
         shell: str | None = None,
         auto_allow_read_only: bool = False,
+        sandbox: SandboxKind | None = None,
+        sandbox_fallback: bool = False,
+        network: bool = False,
+        cpu_seconds: int | None = None,
+        memory_bytes: int | None = None,
+        read_only_paths: Iterable[str | os.PathLike[str]] = (),
+        bwrap: str | os.PathLike[str] | None = None,
     ) -> None:
         raw = os.fspath(root)
         real = os.path.realpath(raw)
@@ -145,7 +174,19 @@ class ShellTool:
         self.kill_grace = kill_grace
         self.auto_allow_read_only = auto_allow_read_only
         self.shell = shell or shutil.which("bash") or "/bin/sh"
+        self.limits = ResourceLimits(cpu_seconds, memory_bytes)
+        self.sandbox: BwrapSandbox | None = open_sandbox(
+            sandbox,
+            workspace=real,
+            shell=self.shell,
+            bwrap=bwrap,
+            network=network,
+            read_only_paths=read_only_paths,
+            fallback=sandbox_fallback,
+        )
         base = dict(os.environ) if inherit_env else _minimal_env()
+        if self.sandbox is not None:
+            base = self.sandbox.environment(base)
         self.env: dict[str, str] = {**base, **_FIXED_ENV, **(dict(env) if env else {}), "PWD": real}
         # The check needs this instance; the executor's own timeout is only a safety net behind ours.
         bound = self.run_command
@@ -214,11 +255,15 @@ class ShellTool:
         return None
 
     # -- running ----------------------------------------------------------------------------------------
+    def _argv(self, command: str) -> list[str]:
+        """The program and arguments that run `command`: the shell, under bwrap when sandboxed."""
+        argv = self.limits.argv(self.shell, command)
+        return self.sandbox.command(argv) if self.sandbox is not None else argv
+
     async def _run(self, command: str, limit: float, emitter: ToolEmitter) -> str:
+        # Sandboxed, the process is bwrap: stopping its group tears down the PID namespace, command and all.
         proc = await asyncio.create_subprocess_exec(
-            self.shell,
-            "-c",
-            command,
+            *self._argv(command),
             cwd=self.root,
             env=self.env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -271,7 +316,8 @@ class ShellTool:
             raise ToolRetry(
                 f"{output}\n[timed out after {limit:g} s: the command and its child processes were killed]".lstrip()
             )
-        return f"{output}\n{_status(proc.returncode)}" if output else f"(no output)\n{_status(proc.returncode)}"
+        status = _status(proc.returncode, sandboxed=self.sandbox is not None)
+        return f"{output}\n{status}" if output else f"(no output)\n{status}"
 
     async def _stop(self, proc: asyncio.subprocess.Process, reader: asyncio.Future[None]) -> None:
         """SIGTERM the process group, wait `kill_grace`, SIGKILL whatever is left, then reap and drain."""
@@ -311,7 +357,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
-def _status(code: int | None) -> str:
+def _status(code: int | None, *, sandboxed: bool = False) -> str:
     if code is None:
         return "[exit code unknown]"
     if code < 0:
@@ -320,6 +366,9 @@ def _status(code: int | None) -> str:
         except ValueError:
             name = str(-code)
         return f"[killed by signal {name}]"
+    if sandboxed and code > 128:  # bwrap reports a command killed by signal N as exit code 128 + N
+        with contextlib.suppress(ValueError):
+            return f"[exit code {code}: killed by signal {signal.Signals(code - 128).name}]"
     return f"[exit code {code}]"
 
 
