@@ -10,6 +10,8 @@ Errors are split by who has to act on them::
     │   │                              already answered, interrupted, or never asked)
     │   ├── InvalidAnswerError         an answer to a question (MCP elicitation) that does not fit
     │   │                              it: its content fails the requested schema (also a ValueError)
+    │   ├── SkillError                 a skill folder or its SKILL.md cannot be used (names the
+    │   │                              file and line)
     │   └── ToolDefinitionError        a function cannot become a tool (also a ToolError)
     ├── ModelError                     the model or its provider failed
     │   ├── ModelAPIError              the provider answered with an error status
@@ -61,6 +63,7 @@ __all__ = [
     "ModelTimeoutError",
     "RateLimitError",
     "SessionBusyError",
+    "SkillError",
     "StateConflictError",
     "StateStoreError",
     "StructuredOutputError",
@@ -114,6 +117,20 @@ class InvalidAnswerError(UserError, ValueError):
         super().__init__(message)
         self.question_id = question_id
         self.problems = problems or []
+
+
+class SkillError(UserError):
+    """A skill folder, its SKILL.md front matter or a file asked of it cannot be used.
+
+    The message starts with ``file:line:`` when the problem has a place; `path` and `line` hold them
+    (None when unknown).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = f"{path}:{line}: " if path and line else f"{path}: " if path else ""
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.line = line
 
 
 class ModelError(AgentrtError):

@@ -43,6 +43,8 @@ __all__ = [
     "RunError",
     "RunFinished",
     "RunStarted",
+    "SubagentTaskFinished",
+    "SubagentTaskStarted",
     "TextDelta",
     "ThinkingDelta",
     "ToolCallDelta",
@@ -241,6 +243,31 @@ class RunFinished(AgentEvent):
     msg: Msg
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentTaskStarted(AgentEvent):
+    """A subagent task began (``agent_spawn``); its own events follow under its `name` as `source`."""
+
+    task_id: str
+    name: str
+    task: str = ""
+    background: bool = False
+    subagent_session_id: str = ""
+    """The session the subagent runs in (derived from the parent's session and the task id)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentTaskFinished(AgentEvent):
+    """A subagent task ended: `status` is completed, failed, cancelled or interrupted."""
+
+    task_id: str
+    name: str
+    status: str
+    background: bool = False
+    summary: str = ""
+    """The start of the result (or the error), for display; ``task_output`` returns all of it."""
+    tokens: int = 0
+
+
 def register_event_type(cls: type[AgentEvent]) -> type[AgentEvent]:
     """Give an event class its snake-case `type` and make `event_from_dict` know it (custom events too)."""
     if "type" not in cls.__dict__:
@@ -267,6 +294,8 @@ for _cls in (
     Interrupted,
     RunError,
     RunFinished,
+    SubagentTaskStarted,
+    SubagentTaskFinished,
 ):
     register_event_type(_cls)
 

@@ -164,9 +164,16 @@ class Chat:
         next signal (the same race as in Python's own REPL), so a press without effect is repeated.
         """
         for _ in range(20):
-            self.child.sendintr()
-            if self.child.expect([pattern, pexpect.TIMEOUT], timeout=0.5) == 0:
+            if self.child.isalive():
+                self.child.sendintr()
+            found = self.child.expect([pattern, pexpect.TIMEOUT, pexpect.EOF], timeout=0.5)
+            if found == 0:
                 return str(self.child.before)
+            if found == 2:  # a repeated press quit the chat: what it printed before ending still counts
+                before = str(self.child.before)
+                if re.search(pattern, before):
+                    return before
+                raise AssertionError(f"the chat ended without printing {pattern!r}: {before[-300:]!r}")
         raise AssertionError(f"Ctrl-C never produced {pattern!r}")
 
     def exit(self) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
-from agentrt.agent import _turns
+from agentrt.agent import _plan, _turns
 from agentrt.agent._run import Run
 from agentrt.errors import NotPendingError, ToolSuspended, UserError
 from agentrt.message import (
@@ -53,8 +53,11 @@ OnResult = Callable[[ToolResultBlock, float], Awaitable[None]] | None
 
 
 def engine_for(agent: ReActAgent, run: Run, extra_rules: Sequence[PermissionRule] = ()) -> PermissionEngine:
-    """The permission engine of `agent` with the session's accepted rules (and `extra_rules`)."""
-    return PermissionEngine(PermissionContext.coerce(agent.permission), [*run.state.rules, *extra_rules])
+    """The permission engine of `agent` with the session's accepted rules (and `extra_rules`).
+
+    Its context is the agent's, in ``PLAN`` mode while the session (or a call it runs inside) is in plan mode.
+    """
+    return PermissionEngine(_plan.permission_context(agent, run), [*run.state.rules, *extra_rules])
 
 
 _engine = engine_for
@@ -112,6 +115,7 @@ async def act(
 ) -> Msg | None:
     """Run one turn's calls under the permission engine; a pause reply if some must wait."""
     engine = _engine(agent, run)
+    runner = _plan.watch(run, executor, runner)
     done: dict[str, ToolResultBlock] = {}
     pending: list[PendingCall] = []
     to_run: list[ToolUseBlock] = []
@@ -389,6 +393,7 @@ async def resume(
 ) -> Msg | None:
     """Apply the caller's answers to the pending calls. Returns a pause reply if some still wait."""
     state_pending = run.state.pending or Pending()
+    runner = _plan.watch(run, executor, runner)
     entries = list(state_pending.calls)
     assistant_id = state_pending.assistant_id or _last_assistant_id(run)
     answers = _read_answers(agent, run, executor, entries)

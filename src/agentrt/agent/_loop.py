@@ -162,6 +162,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     tools = agent.toolkit.tools
     if agent._session_tools:
         tools = {**tools, **agent._session_tools}
+    tools = agent._skills.tools(tools)  # + load_skill when the agent has skills
     groups = run.state.active_groups
     active = frozenset(groups) if groups is not None else agent.toolkit.default_active_groups()
     executor = run.executor = ToolExecutor(
@@ -255,6 +256,11 @@ async def _repair_dangling(agent: ReActAgent, run: Run, executor: ToolExecutor) 
 
 
 async def _system_message(agent: ReActAgent, run: Run) -> Msg | None:
+    """The system prompt (after the middlewares), with the skills listing when the agent has skills."""
+    return agent._skills.system(await _own_system_message(agent, run))
+
+
+async def _own_system_message(agent: ReActAgent, run: Run) -> Msg | None:
     chain = _chains(agent).system_prompt
     if not chain:
         if not agent.sys_prompt:
@@ -469,6 +475,7 @@ def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSc
     schemas = agent.toolkit.schemas(None if groups is None else groups)
     if agent._session_tools:
         schemas = [*schemas, *(t.schema() for t in agent._session_tools.values())]
+    schemas = agent._skills.schemas(schemas)  # + load_skill when the agent has skills
     spec = run.output
     if spec is not None and spec.mode == "tool":
         schemas = [*schemas, spec.tool_schema()]

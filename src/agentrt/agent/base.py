@@ -163,6 +163,16 @@ class AgentBase(abc.ABC):
             run.task.cancel(msg="agentrt-interrupt")
         return True
 
+    def running_call(
+        self, ctx_or_user_id: RuntimeContext | str | None = None, session_id: str | None = None
+    ) -> Run | None:
+        """The call of this agent running on one session in this process, or None when it is idle.
+
+        Work that outlives a call (a background subagent) uses it to reach whichever call of the
+        session is running now, e.g. to forward events into its stream while someone streams it.
+        """
+        return (self._running or {}).get(_key(ctx_or_user_id, session_id))
+
     def questions(
         self, ctx_or_user_id: RuntimeContext | str | None = None, session_id: str | None = None
     ) -> list[UserQuestion]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentrt import events as ev
 from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run, current_run
+from agentrt.agent._skills import AgentSkills
 from agentrt.agent.base import AgentBase
 from agentrt.agent.options import LoopOptions, MemoryMode, MemoryOptions, OutputOptions, resolve_options
 from agentrt.context import RuntimeContext
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from agentrt.agent.base import AgentInput
     from agentrt.memory.compression import ContextCompressor, ContextConfig
     from agentrt.memory.long_term import LongTermMemory, MemoryItem
+    from agentrt.tool.skills import Skill, SkillSource
 
 __all__ = ["MemoryMode", "ReActAgent"]
 
@@ -89,6 +91,10 @@ class ReActAgent(AgentBase):
             as one object.
         memory: `MemoryOptions` (``long_term_memory``, ``mode``, ``top_k``, ``extraction``,
             ``summary_model``): the memory keywords as one object.
+        skills: Agent Skills (SKILL.md folders): a skill folder, a folder of skill folders, or a list
+            of these (later ones win on a name clash, and over the toolkit's skills). The system
+            prompt lists each skill's name and description; the model loads one with ``load_skill``.
+            See docs/harness.md.
 
     A group object and its flat keywords may be mixed only when they agree: a flat keyword left at
     its default defers to the object, one set to another value than the object's is a `UserError`.
@@ -103,6 +109,7 @@ class ReActAgent(AgentBase):
         "_model",
         "_model_ready",
         "_session_tools",
+        "_skills",
         "_summary_model",
         "_system_msg",
         "conflict_policy",
@@ -151,6 +158,7 @@ class ReActAgent(AgentBase):
         loop: LoopOptions | None = None,
         output_options: OutputOptions | None = None,
         memory: MemoryOptions | None = None,
+        skills: SkillSource | None = None,
     ) -> None:
         super().__init__(
             name, description=description, state_store=state_store, lock_timeout=lock_timeout, state_key=state_key
@@ -202,6 +210,7 @@ class ReActAgent(AgentBase):
         self._session_tools = _extra_tools(self.toolkit, memory, context, enable_meta_tool, enable_task_list)
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
+        self._skills = AgentSkills(self, skills)
 
     @property
     def model(self) -> ChatModel:
@@ -229,6 +238,11 @@ class ReActAgent(AgentBase):
     def model(self, model: ChatModel | str) -> None:
         self._model = model
         self._model_ready = False
+
+    @property
+    def skills(self) -> Mapping[str, Skill]:
+        """The skills the agent offers: its toolkit's, then its own (``skills=``), by name."""
+        return self._skills.current()
 
     @property
     def long_term_memory(self) -> LongTermMemory | None:
@@ -345,6 +359,37 @@ class ReActAgent(AgentBase):
             replies[-1] if replies else None,
             raise_errors=True,
         )
+
+    async def enter_plan_mode(self, ctx: RuntimeContext) -> bool:
+        """Put the session of `ctx` in plan mode; True if it was not in plan mode before.
+
+        In plan mode only read-only tools, ``plan_write``, ``todo_write`` and ``plan_exit`` run (deny
+        rules still deny); every other call is denied with a reason telling the model to write its plan
+        and call ``plan_exit``, which asks the human to approve it and, once approved, leaves plan mode.
+        The mode is stored in the session (it survives restarts and other agent instances on the same
+        store), and subagents of the session inherit it. Called from a tool of the running call on that
+        session it applies to that call's next turn (never waits for its own lock); otherwise it takes
+        the session lock and saves now. See docs/harness.md.
+        """
+        from agentrt.agent._plan import set_plan_mode
+
+        return await set_plan_mode(self, ctx, True)
+
+    async def exit_plan_mode(self, ctx: RuntimeContext) -> bool:
+        """Take the session of `ctx` out of plan mode without an approval; True if it was in plan mode.
+
+        The session's tool calls are judged by the agent's own permission mode again (``DEFAULT`` when
+        that is ``PLAN``). See `enter_plan_mode`.
+        """
+        from agentrt.agent._plan import set_plan_mode
+
+        return await set_plan_mode(self, ctx, False)
+
+    async def in_plan_mode(self, ctx: RuntimeContext) -> bool:
+        """Whether the session of `ctx` is in plan mode (see `enter_plan_mode`)."""
+        from agentrt.agent._plan import plan_mode
+
+        return await plan_mode(self, ctx)
 
     async def activate_group(self, ctx: RuntimeContext, name: str) -> list[str]:
         """Make a tool group available in the session of `ctx`; returns the session's active groups.

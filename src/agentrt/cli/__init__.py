@@ -6,11 +6,15 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   tools and runtime) printing the ReAct trace.
 - ``agentrt chat --model ID [--tools builtin] [--session ID]``: an interactive chat (streaming,
   live tool calls, inline approvals, Ctrl-C interrupts a reply).
+- ``agentrt work [PATH] --model ID``: the chat on a workspace agent for a folder (files, shell,
+  AGENTS.md, @path mentions, skills, plan mode with ``/plan`` or Shift+Tab).
 - ``agentrt sessions list|show|export|delete|migrate --store URL --user ID --agent NAME``: inspect
   stored sessions; move sessions written before sessions had an agent to one.
 - ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE]``: serve agents over HTTP.
 - ``agentrt mcp serve MODULE:ATTR`` / ``agentrt mcp tools ...``: expose a toolkit or agent over MCP;
   list an MCP server's tools.
+- ``agentrt skills list PATH... [--json]`` / ``agentrt skills show PATH [NAME]``: the Agent Skills
+  (SKILL.md folders) of some folders; one skill's front matter and instructions.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -124,10 +128,16 @@ def build_app() -> "typer.Typer":
     from agentrt.cli.sessions import build_sessions_app
 
     app.command("chat")(build_chat_command())
+    from agentrt.cli.work import build_work_command
+
+    app.command("work")(build_work_command())
     app.add_typer(build_sessions_app(), name="sessions")
     from agentrt.cli.mcp import build_mcp_app
 
     app.add_typer(build_mcp_app(), name="mcp")
+    from agentrt.cli.skills import build_skills_app
+
+    app.add_typer(build_skills_app(), name="skills")
     return app
 
 

@@ -607,8 +607,37 @@ def _pick(choices: list[tuple[str, str]], raw: str) -> str | None:
 # --------------------------------------------------------------------------------------------------
 # the chat
 # --------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _interrupts_ignored(*, restore: bool = True) -> Iterator[None]:
+    """SIGINT is ignored inside the block, and after it unless `restore` (main thread only)."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        if restore:
+            signal.signal(signal.SIGINT, previous)
+
+
 class ChatSession:
-    """The read-eval-print loop of ``agentrt chat`` around one agent and one state store."""
+    """The read-eval-print loop of ``agentrt chat`` around one agent and one state store.
+
+    ``agentrt work`` reuses it through a subclass: `title`, `renderer_class`, `prompt_text` and
+    `resume_hint` are its hooks (and `_command` for more slash commands).
+    """
+
+    title = "agentrt chat"
+    """The banner's heading."""
+    renderer_class: "type[ChatRenderer]" = ChatRenderer
+    """What prints each call's events."""
+    ends_process = False
+    """Set by the command line, whose process ends with the session: a Ctrl-C pressed while it quits
+    is ignored to the end (instead of a traceback and exit status 130 after the goodbye)."""
 
     def __init__(
         self,
@@ -690,24 +719,34 @@ class ChatSession:
                         self.console.print()
                         self.console.print("interrupted", style="yellow")
             finally:
-                if not self.store_url.startswith("memory:"):
-                    self.console.print(
-                        f"session {self.session_id} is saved; continue it with "
-                        f"agentrt chat --model {self.model_id} --session {self.session_id}",
-                        style="dim",
-                        markup=False,
-                        highlight=False,
-                    )
-                with contextlib.suppress(Exception):
-                    runner.run(self.store.close())
+                # Quitting: one more Ctrl-C (a third press) must not cut the goodbye or the close,
+                # nor, when the command line ends the process next, the interpreter's exit.
+                with _interrupts_ignored(restore=not self.ends_process):
+                    if not self.store_url.startswith("memory:"):
+                        self.console.print(
+                            f"session {self.session_id} is saved; continue it with {self.resume_hint()}",
+                            style="dim",
+                            markup=False,
+                            highlight=False,
+                        )
+                    with contextlib.suppress(Exception):
+                        runner.run(self.store.close())
         return 0
+
+    def prompt_text(self) -> str:
+        """The input prompt (rich markup)."""
+        return PROMPT
+
+    def resume_hint(self) -> str:
+        """The command that continues this session, printed on exit."""
+        return f"agentrt chat --model {self.model_id} --session {self.session_id}"
 
     def _banner(self) -> None:
         from rich.markup import escape
 
         state = self._run(lambda: self.agent.get_state(self.user_id, self.session_id))
         tools = ", ".join(self.tool_names) if self.tool_names else "none"
-        self.console.rule("[bold]agentrt chat[/]")
+        self.console.rule(f"[bold]{escape(self.title)}[/]")
         self.console.print(
             f"model [bold]{escape(self.model_id)}[/] · session [bold]{escape(self.session_id)}[/] · "
             f"user {escape(self.user_id)} · store {escape(self.store_url)}",
@@ -727,7 +766,7 @@ class ChatSession:
     def _read(self) -> str | None:
         while True:
             try:
-                line = self._input(PROMPT)
+                line = self._input(self.prompt_text())
             except EOFError:
                 self.console.print()
                 return None
@@ -913,12 +952,17 @@ class ChatSession:
 
         results: list[ConfirmResult] = []
         for call in (c for c in calls if c.kind == "confirm"):
+            # A multi-line reason (the plan `plan_exit` asks to approve) is shown below, line by line.
+            reason, _, detail = call.reason.partition("\n")
             self.console.print(
                 f"[bold yellow]⚠ approve[/] [bold]{escape(call.name)}[/] "
                 f"[magenta]{escape(_one_line(_args_json(call.input), 400))}[/]"
-                + (f" [dim]({escape(call.reason)})[/]" if call.reason else ""),
+                + (f" [dim]({escape(_safe(reason))})[/]" if reason else ""),
                 highlight=False,
             )
+            if detail.strip():
+                for line in detail.strip("\n").splitlines():
+                    self.console.print(f"  │ {escape(_safe(line))}", highlight=False)
             suggested = call.suggested_rules
             general = PermissionRule.coerce(suggested[-1]) if suggested else PermissionRule(tool=call.name)
             while True:
@@ -1071,7 +1115,7 @@ class ChatSession:
 
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        renderer = ChatRenderer(self.console, self.agent.name, show_thinking=self.show_thinking)
+        renderer = self.renderer_class(self.console, self.agent.name, show_thinking=self.show_thinking)
         hits = 0
         streaming = True
 
@@ -1265,6 +1309,7 @@ def build_chat_command() -> "Callable[..., None]":
             notes=notes,
             show_thinking=thinking,
         )
+        chat_session.ends_process = True
         code = chat_session.run()
         sys.stdout.flush()
         if code:

@@ -2,7 +2,8 @@
 
 Precedence for one call: a matching **deny** rule denies; a matching **ask** rule asks; a call the deny
 and ask rules cannot judge asks; in ``BYPASS`` mode everything else is allowed; in ``EXPLORE`` mode a
-tool that is not read-only is denied unless an allow rule covers the call; then the tool's own check
+tool that is not read-only is denied unless an allow rule covers the call; in ``PLAN`` mode one that is
+neither read-only nor a plan tool is denied; then the tool's own check
 (`check_permission`) decides if it has an opinion; then allow rules; otherwise the mode's default:
 
 ==============  =================================================================
@@ -13,6 +14,9 @@ ACCEPT_EDITS    as DEFAULT, but edit tools whose paths are inside the workspace 
 EXPLORE         read-only tools are allowed, everything else is denied
 BYPASS          everything is allowed (deny and ask rules, and a tool's own deny, still apply)
 DONT_ASK        what would ask is denied
+PLAN            read-only tools and the plan tools (``plan_write``, ``todo_write``,
+                ``plan_exit``, which asks) run, everything else is denied; a session
+                enters and leaves it with ``agent.enter_plan_mode`` / ``exit_plan_mode``
 ==============  =================================================================
 
 Rules match on normalised arguments: shell commands parsed (an allow rule must match every command

@@ -23,6 +23,8 @@ class PermissionMode(enum.StrEnum):
     EXPLORE = "explore"
     BYPASS = "bypass"
     DONT_ASK = "dont_ask"
+    PLAN = "plan"
+    """Plan before acting: read-only tools and the plan tools run, everything else is denied."""
 
 
 class Decision(enum.StrEnum):

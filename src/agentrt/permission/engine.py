@@ -4,6 +4,7 @@ Precedence: a matching **deny** rule denies; a matching **ask** rule asks; a cal
 cannot judge (a command that cannot be parsed or runs a computed program, a directory argument that may
 hold denied paths) asks; in ``BYPASS`` mode everything else is allowed (a tool's own refusal still
 holds); in ``EXPLORE`` mode a tool that is not read-only is denied unless allow rules cover the call;
+in ``PLAN`` mode a tool that is neither read-only nor a plan tool (`PLAN_MODE_TOOLS`) is denied;
 the tool's own check (`check_permission`) decides if it has an opinion; allow rules that cover the
 call allow it; then the mode's default (see `PermissionEngine.check`).
 """
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
     from agentrt.message import ToolUseBlock
     from agentrt.permission.subject import ToolTraits
 
-__all__ = ["PermissionEngine", "unmatched_rules"]
+__all__ = ["PLAN_EXIT", "PLAN_MODE_TOOLS", "PLAN_WRITE", "PermissionEngine", "unmatched_rules"]
+
+PLAN_WRITE = "plan_write"
+"""The tool that writes the session's plan (`agentrt.tool.builtin.PlanTools`)."""
+PLAN_EXIT = "plan_exit"
+"""The tool that asks the human to approve the plan and leave plan mode."""
+PLAN_MODE_TOOLS = frozenset({PLAN_WRITE, PLAN_EXIT, "todo_write"})
+"""The tools ``PLAN`` mode runs besides read-only ones (``todo_write`` is the agent's task list)."""
 
 
 class PermissionEngine:
@@ -74,7 +82,8 @@ class PermissionEngine:
         After the rules, the mode decides: ``DEFAULT`` asks for tools that require confirmation or are
         destructive and, unless the context is implicit, for every tool that is not read-only;
         ``ACCEPT_EDITS`` is ``DEFAULT`` but runs edit tools whose paths stay inside the workspace;
-        ``DONT_ASK`` denies what would ask.
+        ``DONT_ASK`` denies what would ask; ``PLAN`` runs read-only tools and the plan tools (a tool
+        that requires confirmation, such as ``plan_exit``, still asks).
         """
         if tool is None:
             return PermissionDecision.allow("unknown tool: the executor reports it to the model")
@@ -91,8 +100,9 @@ class PermissionEngine:
         if mode is PermissionMode.BYPASS:
             return self._bypass(tool, call, ctx)
         allowed = allow_covers(self._rules(Decision.ALLOW), view)
-        if mode is PermissionMode.EXPLORE and not tool.read_only and not allowed:
-            return PermissionDecision.deny(f"explore mode allows only read-only tools; {tool.name!r} is not read-only")
+        gated = _mode_gate(tool, mode, allowed)
+        if gated is not None:
+            return gated
         own = self._tool_check(tool, call, ctx)
         if own is not None:
             if own.decision is Decision.ASK:
@@ -133,7 +143,7 @@ class PermissionEngine:
             return PermissionDecision.allow("edit inside the workspace (accept-edits mode)")
         if tool.destructive:
             return self._ask(tool, call, view, f"{tool.name!r} is destructive")
-        if not tool.read_only and not self.context.implicit and mode is not PermissionMode.EXPLORE:
+        if not tool.read_only and not self.context.implicit and mode not in _GATED_MODES:
             return self._ask(
                 tool, call, view, f"{tool.name!r} is not read-only and no rule allows it ({mode.value} mode)"
             )
@@ -203,6 +213,29 @@ class PermissionEngine:
             if is_dangerous_path(forms.lexical) or is_dangerous_path(forms.real):
                 return False
         return True
+
+
+_GATED_MODES = (PermissionMode.EXPLORE, PermissionMode.PLAN)
+"""Modes whose gate (`_mode_gate`) already refused what the default would ask about."""
+
+
+def _mode_gate(tool: ToolTraits, mode: PermissionMode, allowed: bool) -> PermissionDecision | None:
+    """What ``EXPLORE`` and ``PLAN`` refuse before the tool's own check and the allow rules, or None.
+
+    ``EXPLORE`` lets allow rules open a tool that is not read-only; ``PLAN`` does not: rules the user
+    accepted earlier in the session must not let a change through before the plan is approved.
+    """
+    if tool.read_only:
+        return None
+    if mode is PermissionMode.EXPLORE and not allowed:
+        return PermissionDecision.deny(f"explore mode allows only read-only tools; {tool.name!r} is not read-only")
+    if mode is PermissionMode.PLAN and tool.name not in PLAN_MODE_TOOLS:
+        return PermissionDecision.deny(
+            f"the session is in plan mode, where only read-only tools and {PLAN_WRITE} / todo_write run; "
+            f"{tool.name!r} changes things. Finish exploring, write your plan with {PLAN_WRITE}, then call "
+            f"{PLAN_EXIT} to ask the user to approve it; once approved, this tool can run"
+        )
+    return None
 
 
 def _inside(path: str, root: str) -> bool:

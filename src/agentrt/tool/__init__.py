@@ -1,10 +1,11 @@
-"""Tools: the `@tool` decorator, `Tool`, `Toolkit` and the execution policy."""
+"""Tools: the `@tool` decorator, `Tool`, `Toolkit`, the execution policy and Agent Skills (`Skill`)."""
 
 from agentrt.errors import ToolRetry
 from agentrt.tool.base import Tool, ToolOptions, tool
+from agentrt.tool.skills import Skill
 from agentrt.tool.toolkit import ToolGroup, Toolkit
 
-__all__ = ["Inject", "Tool", "ToolGroup", "ToolOptions", "ToolRetry", "Toolkit", "tool"]
+__all__ = ["Inject", "Skill", "Tool", "ToolGroup", "ToolOptions", "ToolRetry", "Toolkit", "tool"]
 
 
 def __getattr__(name: str) -> object:

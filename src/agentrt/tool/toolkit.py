@@ -7,11 +7,14 @@ import inspect
 import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrt.errors import DuplicateToolError, ToolDefinitionError, UserError
 from agentrt.model.base import ToolSchema
 from agentrt.tool.base import Tool
+
+if TYPE_CHECKING:
+    from agentrt.tool.skills import Skill, SkillSource
 
 __all__ = ["ToolGroup", "Toolkit"]
 
@@ -36,7 +39,7 @@ class Toolkit:
     group are always available; grouped tools only while their group is active in the session.
     """
 
-    __slots__ = ("_cache", "_closers", "_groups", "_semaphores", "_tools", "max_concurrency")
+    __slots__ = ("_cache", "_closers", "_groups", "_semaphores", "_skills", "_tools", "max_concurrency")
 
     def __init__(self, tools: Collection[Any] = (), *, max_concurrency: int = DEFAULT_MAX_CONCURRENCY) -> None:
         if max_concurrency < 1:
@@ -46,6 +49,7 @@ class Toolkit:
         self._cache: dict[frozenset[str] | None, list[ToolSchema]] | None = None
         self._closers: list[Callable[[], Any]] | None = None
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._skills: Mapping[str, Skill] = {}
         self.max_concurrency = max_concurrency
         for item in tools:
             self.register(item)
@@ -143,6 +147,25 @@ class Toolkit:
             timeout=timeout,
             resources=resources,
         )
+
+    def register_skills(self, path_or_paths: SkillSource) -> list[Skill]:
+        """Load Agent Skills (SKILL.md folders) for the agents using this toolkit; returns them.
+
+        Each entry is a skill folder, a folder of skill folders, or a `Skill`. A skill replaces an
+        earlier one of the same name (later folders win). Front matter is validated now
+        (`agentrt.errors.SkillError` names the file and line); bodies are read when the model loads
+        a skill with ``load_skill``. See docs/harness.md.
+        """
+        from agentrt.tool.skills import load_skills  # the SKILL.md parser (PyYAML) loads on use
+
+        loaded = load_skills(path_or_paths)
+        self._skills = {**self._skills, **loaded}
+        return list(loaded.values())
+
+    @property
+    def skills(self) -> Mapping[str, Skill]:
+        """The registered skills by name (a snapshot: it does not change when the toolkit does)."""
+        return self._skills
 
     def add_closer(self, closer: Callable[[], Any]) -> None:
         """Run `closer` (sync or async) on `aclose`: for resources the toolkit opened."""

@@ -435,7 +435,7 @@ class ToolCard {
 
     setChildren(
       this.approval,
-      h("p", { class: "approval-reason" }, call.reason ? `Needs your approval: ${call.reason}` : "Needs your approval."),
+      ...approvalReason(call.reason),
       rulesBox,
       editBox,
       h("div", { class: "buttons" }, approve, deny, edit),
@@ -460,6 +460,21 @@ class ToolCard {
     if (decisionEl) decisionEl.textContent = message || "";
     this.setState("awaiting");
   }
+}
+
+/**
+ * The reason line of an approval, and what follows its first line (a plan to approve) as a block,
+ * so multi-line text keeps its lines. Text only: the model wrote it.
+ */
+function approvalReason(reason) {
+  if (!reason) return [h("p", { class: "approval-reason" }, "Needs your approval.")];
+  const cut = reason.indexOf("\n");
+  const head = cut < 0 ? reason : reason.slice(0, cut);
+  const rest = cut < 0 ? "" : reason.slice(cut + 1).trim();
+  return [
+    h("p", { class: "approval-reason" }, `Needs your approval: ${head}`),
+    rest ? h("pre", { class: "approval-detail" }, rest) : null,
+  ];
 }
 
 function parseArguments(text) {
