@@ -16,6 +16,7 @@ from webui_support import (
     build_agent,
     find_chromium,
     make_app,
+    open_page,
     serve,
     unavailable,
 )
@@ -49,24 +50,5 @@ def live_server(browser: Any) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def ui(browser: Any, live_server: LiveServer) -> Iterator[UiPage]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    dialogs: list[str] = []
-    errors: list[str] = []
-
-    def on_dialog(dialog: Any) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.on(
-        "response", lambda r: errors.append(f"HTTP {r.status} {r.request.method} {r.url}") if r.status >= 400 else None
-    )
-    page.goto(live_server.url)
-    try:
-        yield UiPage(page=page, server=live_server, dialogs=dialogs, errors=errors)
-    finally:
-        context.close()
+    with open_page(browser, live_server.url, live_server) as page:
+        yield page

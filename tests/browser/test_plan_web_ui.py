@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from webui_support import API_KEY, XSS, LiveServer, Recorder, UiPage, make_app, serve
+from webui_support import API_KEY, XSS, LiveServer, Recorder, UiPage, make_app, open_page, serve
 
 from agentrt import PermissionContext, PermissionMode, ReActAgent, Toolkit, ToolResultBlock, ToolUseBlock
 from agentrt.model import ScriptedModel
@@ -69,23 +69,8 @@ def plan_server(browser: Any, workspace: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def plan_ui(browser: Any, plan_server: LiveServer) -> Iterator[UiPage]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    dialogs: list[str] = []
-    errors: list[str] = []
-
-    def on_dialog(dialog: Any) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(plan_server.url)
-    try:
-        yield UiPage(page=page, server=plan_server, dialogs=dialogs, errors=errors)
-    finally:
-        context.close()
+    with open_page(browser, plan_server.url, plan_server, http_errors=False) as page:
+        yield page
 
 
 def test_the_plan_approval_shows_the_plan_and_approving_ends_plan_mode(plan_ui: UiPage, workspace: Path) -> None:

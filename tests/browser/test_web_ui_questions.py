@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from webui_support import API_KEY, ARTIFACTS, USER_ID, XSS, UiPage, serve
+from webui_support import API_KEY, ARTIFACTS, USER_ID, XSS, UiPage, open_page, serve
 
 from agentrt import ReActAgent, Toolkit, ToolResultBlock, ToolUseBlock
 from agentrt.mcp import McpClient
@@ -81,27 +81,8 @@ def questions_server(browser: Any) -> Iterator[tuple[str, Received]]:
 
 @pytest.fixture
 def page(browser: Any, questions_server: tuple[str, Received]) -> Iterator[UiPage]:
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    tab = context.new_page()
-    tab.set_default_timeout(15_000)
-    dialogs: list[str] = []
-    errors: list[str] = []
-
-    def on_dialog(dialog: Any) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    tab.on("dialog", on_dialog)
-    tab.on("pageerror", lambda exc: errors.append(str(exc)))
-    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    tab.on(
-        "response", lambda r: errors.append(f"HTTP {r.status} {r.request.method} {r.url}") if r.status >= 400 else None
-    )
-    tab.goto(questions_server[0])
-    try:
-        yield UiPage(page=tab, server=None, dialogs=dialogs, errors=errors)  # type: ignore[arg-type]
-    finally:
-        context.close()
+    with open_page(browser, questions_server[0], None) as tab:
+        yield tab
 
 
 def start(ui: UiPage, text: str) -> Any:

@@ -159,6 +159,35 @@ class UiPage:
     errors: list[str]
 
 
+@contextlib.contextmanager
+def open_page(browser: Any, url: str, server: LiveServer | None, *, http_errors: bool = True) -> Iterator[UiPage]:
+    """A fresh page on `url` that records JS dialogs (dismissed), page and console errors and, unless
+    `http_errors` is False, every HTTP response >= 400 the page received."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    if http_errors:
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on(
+            "response",
+            lambda r: errors.append(f"HTTP {r.status} {r.request.method} {r.url}") if r.status >= 400 else None,
+        )
+    page.goto(url)
+    try:
+        yield UiPage(page=page, server=server, dialogs=dialogs, errors=errors)  # type: ignore[arg-type]
+    finally:
+        context.close()
+
+
 # -- the server -----------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pexpect  # type: ignore[import-untyped]
 import pytest
 from rich.console import Console
+from terminal_driver import Terminal
 
 from agentrt import RuntimeContext, Toolkit
 from agentrt.cli.chat import (
@@ -128,63 +129,11 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-class Chat:
+class Chat(Terminal):
     """One `agentrt chat` process on a pseudo-terminal."""
 
     def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.child = pexpect.spawn(
-            sys.executable,
-            ["-m", "agentrt.cli", "chat", *args],
-            env=env,
-            cwd=str(ROOT),
-            encoding="utf-8",
-            timeout=30,
-            dimensions=(50, 200),
-        )
-        self.transcript = io.StringIO()
-        self.child.logfile_read = self.transcript
-
-    def expect(self, pattern: str) -> str:
-        self.child.expect(pattern)
-        return str(self.child.before)
-
-    def prompt(self) -> str:
-        """Everything printed up to the next prompt."""
-        return self.expect(re.escape(PROMPT))
-
-    def say(self, line: str) -> str:
-        """Send a line and return the output up to the next prompt."""
-        self.child.sendline(line)
-        return self.prompt()
-
-    def interrupt(self, pattern: str) -> str:
-        """Press Ctrl-C until `pattern` shows up.
-
-        A Ctrl-C that lands while input() is still setting up the terminal is only noticed at the
-        next signal (the same race as in Python's own REPL), so a press without effect is repeated.
-        """
-        for _ in range(20):
-            if self.child.isalive():
-                self.child.sendintr()
-            found = self.child.expect([pattern, pexpect.TIMEOUT, pexpect.EOF], timeout=0.5)
-            if found == 0:
-                return str(self.child.before)
-            if found == 2:  # a repeated press quit the chat: what it printed before ending still counts
-                before = str(self.child.before)
-                if re.search(pattern, before):
-                    return before
-                raise AssertionError(f"the chat ended without printing {pattern!r}: {before[-300:]!r}")
-        raise AssertionError(f"Ctrl-C never produced {pattern!r}")
-
-    def exit(self) -> int:
-        self.child.sendline("/exit")
-        self.child.expect(pexpect.EOF)
-        self.child.close()
-        return int(self.child.exitstatus)
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.terminate(force=True)
+        super().__init__(env, "chat", *args, prompt_pattern=re.escape(PROMPT))
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from pathlib import Path
 import pexpect  # type: ignore[import-untyped]
 import pytest
 from rich.console import Console
+from terminal_driver import Terminal
 
 from agentrt import Msg, RuntimeContext, TextBlock, ToolResultBlock, ToolUseBlock
 from agentrt.cli.work import WorkRenderer, build_work_agent, register_work_models, workspace_plan
@@ -140,47 +141,11 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-class Work:
-    """One `agentrt work` process on a pseudo-terminal."""
+class Work(Terminal):
+    """One `agentrt work` process on a pseudo-terminal (normal or plan-mode prompt)."""
 
     def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.child = pexpect.spawn(
-            sys.executable,
-            ["-m", "agentrt.cli", "work", *args],
-            env=env,
-            cwd=str(ROOT),
-            encoding="utf-8",
-            timeout=30,
-            dimensions=(50, 200),
-        )
-        self.transcript = io.StringIO()
-        self.child.logfile_read = self.transcript
-
-    def expect(self, pattern: str) -> str:
-        self.child.expect(pattern)
-        return str(self.child.before)
-
-    def prompt(self) -> str:
-        """Everything printed up to the next prompt (normal or plan mode)."""
-        return self.expect(PROMPT)
-
-    @property
-    def last_prompt(self) -> str:
-        return str(self.child.after)
-
-    def say(self, line: str) -> str:
-        self.child.sendline(line)
-        return self.prompt()
-
-    def exit(self) -> int:
-        self.child.sendline("/exit")
-        self.child.expect(pexpect.EOF)
-        self.child.close()
-        return int(self.child.exitstatus)
-
-    def close(self) -> None:
-        if self.child.isalive():
-            self.child.terminate(force=True)
+        super().__init__(env, "work", *args, prompt_pattern=PROMPT)
 
 
 @pytest.fixture
