@@ -150,6 +150,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "refuse_dangerous_path",
         "suggest_rules",
         "unmatched_rules",
+        "workspace_root",
     },
     "agentrt.memory": {
         "ContextCompressor",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from agentrt.errors import UserError
 from agentrt.middleware.base import Middleware
-from agentrt.permission import is_dangerous_path
+from agentrt.permission import is_dangerous_path, workspace_root
 
 if TYPE_CHECKING:
     from agentrt.agent._run import Run
@@ -130,9 +130,7 @@ class WorkspaceInstructions(Middleware):
             sources.append(_Source(os.path.abspath(os.path.expanduser(os.fspath(user_file))), "user", None))
         self.root: str | None = None
         if root is not None:
-            real = os.path.realpath(os.fspath(root))
-            if not os.path.isdir(real):
-                raise UserError(f"WorkspaceInstructions root {os.fspath(root)!r} is not an existing directory")
+            real = workspace_root(root, "WorkspaceInstructions")
             self.root = real
             sources.append(_Source(os.path.join(real, filename), "workspace", real))
         self.max_bytes = max_bytes

@@ -25,11 +25,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt.agent.react import ReActAgent
-from agentrt.errors import UserError
 from agentrt.harness.instructions import WorkspaceInstructions
 from agentrt.harness.mentions import FileMentions
 from agentrt.harness.subagents import SubagentTools, load_subagent_specs
-from agentrt.permission import Decision, PermissionContext, PermissionMode, PermissionRule, is_dangerous_path
+from agentrt.permission import (
+    Decision,
+    PermissionContext,
+    PermissionMode,
+    PermissionRule,
+    workspace_root,
+)
 from agentrt.tool.builtin.files import FileTools
 from agentrt.tool.builtin.shell import ShellTool
 from agentrt.tool.toolkit import Toolkit
@@ -60,13 +65,7 @@ another way.
 
 
 def _root(path: str | os.PathLike[str]) -> str:
-    raw = os.fspath(path)
-    real = os.path.realpath(os.path.expanduser(raw))
-    if not os.path.isdir(real):
-        raise UserError(f"WorkspaceAgent folder {raw!r} is not an existing directory")
-    if is_dangerous_path(real):
-        raise UserError(f"WorkspaceAgent folder {raw!r} is a protected directory (secrets or repository internals)")
-    return real
+    return workspace_root(path, "WorkspaceAgent", expand_user=True)
 
 
 def _permission(permission: PermissionContext | PermissionMode | str | None, root: str, own_store: bool) -> Any:

@@ -27,7 +27,7 @@ values in canonical JSON. See docs/permissions.md for the exact semantics.
 from agentrt.permission.config import ConfirmResult, PermissionContext
 from agentrt.permission.engine import PermissionEngine, unmatched_rules
 from agentrt.permission.matching import COMMAND_KEYS, PATH_KEYS, is_command_key, is_path_key
-from agentrt.permission.paths import is_dangerous_path, refuse_dangerous_path
+from agentrt.permission.paths import is_dangerous_path, refuse_dangerous_path, workspace_root
 from agentrt.permission.rules import Decision, PermissionDecision, PermissionMode, PermissionRule
 from agentrt.permission.suggest import check_answer_rule, suggest_rules
 
@@ -48,4 +48,5 @@ __all__ = [
     "refuse_dangerous_path",
     "suggest_rules",
     "unmatched_rules",
+    "workspace_root",
 ]

@@ -16,7 +16,9 @@ import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from agentrt.errors import UserError
 from agentrt.permission.decision import PermissionDecision
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "is_dangerous_path",
     "refuse_dangerous_path",
     "resolve_path",
+    "workspace_root",
 ]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -323,6 +326,30 @@ def is_dangerous_path(path: str | os.PathLike[str]) -> bool:
             if i + 1 < len(parts) and f"{lowered}/{parts[i + 1].lower()}" in _DANGEROUS_DIRS:
                 return True
     return False
+
+
+def workspace_root(root: object, owner: str, *, expand_user: bool = False) -> str:
+    """The real path of the workspace folder `root` given to `owner`, or a `UserError` saying why not.
+
+    One check for every tool and preset that confines itself to a folder: a path (str or
+    path-like), no NUL byte, an existing directory, neither it nor its target a protected one
+    (secrets or repository internals).
+    """
+    raw_any: Any = root
+    if not isinstance(raw_any, (str, os.PathLike)):
+        raise UserError(f"{owner} root must be a path, not {type(root).__name__!r}")
+    raw = os.fspath(raw_any)
+    if not isinstance(raw, str) or "\x00" in raw or not raw.strip():
+        raise UserError(f"{owner} root must be a non-empty text path without NUL bytes, not {raw!r}")
+    try:
+        real = os.path.realpath(os.path.expanduser(raw) if expand_user else raw)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{owner} root {raw!r} cannot be resolved: {exc}") from None
+    if not os.path.isdir(real):
+        raise UserError(f"{owner} root {raw!r} is not an existing directory")
+    if is_dangerous_path(raw) or is_dangerous_path(real):
+        raise UserError(f"{owner} root {raw!r} is a protected directory (secrets or repository internals)")
+    return real
 
 
 def refuse_dangerous_path(path: str | os.PathLike[str]) -> PermissionDecision | None:

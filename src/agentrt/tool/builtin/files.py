@@ -54,7 +54,7 @@ from pydantic import Field
 
 from agentrt.context import RuntimeContext
 from agentrt.errors import ToolRetry, UserError
-from agentrt.permission import PermissionDecision, is_dangerous_path, refuse_dangerous_path
+from agentrt.permission import PermissionDecision, is_dangerous_path, refuse_dangerous_path, workspace_root
 from agentrt.tool.base import tool
 
 __all__ = [
@@ -129,14 +129,7 @@ class FileTools:
         max_write_bytes: int = DEFAULT_MAX_WRITE_BYTES,
         skip_dirs: Collection[str] = DEFAULT_SKIP_DIRS,
     ) -> None:
-        raw = os.fspath(root)
-        if "\x00" in raw:
-            raise UserError("FileTools root contains a NUL byte")
-        real = os.path.realpath(raw)
-        if not os.path.isdir(real):
-            raise UserError(f"FileTools root {raw!r} is not an existing directory")
-        if is_dangerous_path(raw) or is_dangerous_path(real):
-            raise UserError(f"FileTools root {raw!r} is a protected directory (secrets or repository internals)")
+        real = workspace_root(root, "FileTools")
         if max_read_bytes < 1 or max_write_bytes < 1:
             raise UserError("FileTools max_read_bytes and max_write_bytes must be positive")
         self.root = real

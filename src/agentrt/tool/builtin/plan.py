@@ -33,7 +33,7 @@ from typing import Any
 from agentrt.context import RuntimeContext
 from agentrt.errors import ToolRetry, UserError
 from agentrt.events import AgentEvent, register_event_type
-from agentrt.permission import PermissionDecision, is_dangerous_path
+from agentrt.permission import PermissionDecision, is_dangerous_path, workspace_root
 from agentrt.permission.engine import PLAN_EXIT, PLAN_WRITE
 from agentrt.tool.base import Tool, tool
 from agentrt.tool.builtin.files import PathRefused, _atomic_write
@@ -104,14 +104,7 @@ class PlanTools:
         directory: str = "plans",
         max_plan_bytes: int = DEFAULT_MAX_PLAN_BYTES,
     ) -> None:
-        raw = os.fspath(root)
-        if "\x00" in raw:
-            raise UserError("PlanTools root contains a NUL byte")
-        real = os.path.realpath(raw)
-        if not os.path.isdir(real):
-            raise UserError(f"PlanTools root {raw!r} is not an existing directory")
-        if is_dangerous_path(raw) or is_dangerous_path(real):
-            raise UserError(f"PlanTools root {raw!r} is a protected directory (secrets or repository internals)")
+        real = workspace_root(root, "PlanTools")
         folder = os.path.normpath(directory) if isinstance(directory, str) and directory.strip() else ""
         if not folder or "\x00" in folder or os.path.isabs(folder) or folder == "." or folder.startswith(".."):
             raise UserError(f"PlanTools directory must be a relative path inside the workspace, not {directory!r}")

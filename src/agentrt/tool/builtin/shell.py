@@ -72,7 +72,7 @@ from pydantic import Field
 
 from agentrt.context import RuntimeContext
 from agentrt.errors import ToolRetry, UserError
-from agentrt.permission import PermissionDecision, is_dangerous_path, refuse_dangerous_path
+from agentrt.permission import PermissionDecision, is_dangerous_path, refuse_dangerous_path, workspace_root
 from agentrt.tool.base import tool
 from agentrt.tool.builtin.sandbox import (
     BwrapSandbox,
@@ -159,12 +159,7 @@ class ShellTool:
         read_only_paths: Iterable[str | os.PathLike[str]] = (),
         bwrap: str | os.PathLike[str] | None = None,
     ) -> None:
-        raw = os.fspath(root)
-        real = os.path.realpath(raw)
-        if not os.path.isdir(real):
-            raise UserError(f"ShellTool root {raw!r} is not an existing directory")
-        if is_dangerous_path(real):
-            raise UserError(f"ShellTool root {raw!r} is a protected directory (secrets or repository internals)")
+        real = workspace_root(root, "ShellTool")
         if timeout <= 0 or max_timeout <= 0 or max_output < 100 or kill_grace < 0:
             raise UserError("ShellTool needs timeout > 0, max_timeout > 0, max_output >= 100 and kill_grace >= 0")
         self.root = real
