@@ -30,7 +30,7 @@ from agentrt import (
 from agentrt.model import ScriptedModel
 from agentrt.permission import Decision, PermissionEngine
 from agentrt.state import InMemoryStateStore
-from agentrt.tool.builtin import FileTools
+from agentrt.tool.builtin import FileTools, ShellTool
 
 SECRET = f"TOPSECRET-{uuid.uuid4().hex}"
 
@@ -119,8 +119,13 @@ def test_directory_that_holds_denied_paths_asks(ws: Path) -> None:
     call = ToolUseBlock(id="c", name="grep_files", input={"pattern": "TOP", "path": "."})
     verdict = engine.check(files.grep_files, call, RuntimeContext())
     assert verdict.decision is Decision.ASK and "may contain" in verdict.reason
-    call = ToolUseBlock(id="c", name="grep_files", input={"pattern": "TOP", "path": "pub"})
+    (ws / "clean").mkdir()
+    (ws / "clean" / "a.txt").write_text("TOP\n")
+    call = ToolUseBlock(id="c", name="grep_files", input={"pattern": "TOP", "path": "clean"})
     assert engine.check(files.grep_files, call, RuntimeContext()).decision is Decision.ALLOW
+    # pub holds a symlink into secret: a search that follows links would reach it
+    call = ToolUseBlock(id="c", name="grep_files", input={"pattern": "TOP", "path": "pub"})
+    assert engine.check(files.grep_files, call, RuntimeContext()).decision is Decision.ASK
     # a left-out path argument is judged by its default ("." here)
     for name, args in (("grep_files", {"pattern": "TOP"}), ("list_dir", {}), ("glob_files", {"pattern": "**/*"})):
         call = ToolUseBlock(id="c", name=name, input=args)
@@ -205,6 +210,107 @@ async def test_a_search_over_the_parent_directory_pauses(ws: Path, args: dict[st
     reply = await agent.call("search", RuntimeContext(user_id="u", session_id="g"))
     assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert SECRET not in reply.to_json()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"pattern": "TOPSECRET", "path": "."},
+        {"pattern": "TOPSECRET", "path": "pub"},  # pub/dirlink leads into secret
+        {"pattern": "TOPSECRET", "path": "secret"},
+    ],
+)
+async def test_a_regex_deny_rule_also_stops_a_search_that_would_reach_it(ws: Path, args: dict[str, Any]) -> None:
+    rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": "re:.*/secret/.*"})
+    toolkit = Toolkit()
+    toolkit.register(FileTools(ws))
+    model = ScriptedModel([ToolUseBlock(id="g", name="grep_files", input=args), "done"])
+    agent = ReActAgent(
+        "r",
+        "s",
+        model=model,
+        toolkit=toolkit,
+        state_store=InMemoryStateStore(),
+        permission=PermissionContext(mode=PermissionMode.BYPASS, rules=[rule]),
+    )
+    reply = await agent.call("search", RuntimeContext(user_id="u", session_id="g"))
+    state = await agent.get_state("u", "g")
+    assert SECRET not in reply.to_json() + "".join(m.to_json() for m in state.messages)
+    results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)] if model.requests else []
+    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION or all(r.state == "denied" for r in results)
+
+
+# -- shell commands: the paths their words name ------------------------------------------------------------------
+SHELL_SPELLINGS = [
+    "cat secre?/x.txt",
+    "cat s*/x.txt",
+    "cat */x.txt",
+    "cat [s]ecret/x.txt",
+    "cat {pub,secret}/x.txt",
+    "cat sec{r,}et/x.txt",
+    "cat secret/{x,y}.txt",
+    "cat $PWD/secret/x.txt",
+    "cat ${PWD}/secret/x.txt",
+    'cat "$PWD"/secret/x.txt',
+    "cat ~+/secret/x.txt",
+    "cat ~/ws/secret/x.txt",
+    "cat ~/ws/s*/x.txt",
+    "cat $(pwd)/secret/x.txt",
+    "cd pub && cat ../secret/x.txt",
+    "cd pub; cd ..; cat secret/x.txt",
+    "pushd pub >/dev/null; cat ../secret/x.txt",
+    "cd .. && cat ws/secret/x.txt",
+    "grep -r TOPSECRET .",
+    "grep -R TOPSECRET pub",
+    "find . -name x.txt -exec cat {} +",
+    "tar cf - . | tar xOf -",
+    "cat pub/dirl*/x.txt",
+    "cat secret/deep/{y,z}.txt",
+    "cat {,./}secret/x.txt",
+]
+
+
+@pytest.mark.parametrize("mode", [PermissionMode.BYPASS, PermissionMode.DEFAULT])
+@pytest.mark.parametrize("command", SHELL_SPELLINGS)
+async def test_a_shell_command_never_reaches_a_denied_path(ws: Path, command: str, mode: PermissionMode) -> None:
+    rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
+    toolkit = Toolkit()
+    toolkit.register(ShellTool(ws, timeout=10))
+    model = ScriptedModel([ToolUseBlock(id="c", name="run_command", input={"command": command}), "done"])
+    allow_all = PermissionRule(tool="run_command")  # even a rule allowing the whole tool
+    agent = ReActAgent(
+        "r",
+        "s",
+        model=model,
+        toolkit=toolkit,
+        state_store=InMemoryStateStore(),
+        permission=PermissionContext(mode=mode, rules=[rule, allow_all]),
+    )
+    reply = await agent.call("go", RuntimeContext(user_id="u", session_id="c"))
+    state = await agent.get_state("u", "c")
+    assert SECRET not in reply.to_json() + "".join(m.to_json() for m in state.messages), command
+    results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
+    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION or all(r.state == "denied" for r in results)
+
+
+async def test_the_shell_control_reads_a_public_file(ws: Path) -> None:
+    """Without this the test above could pass for the wrong reason (a rule that stops everything)."""
+    rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
+    toolkit = Toolkit()
+    toolkit.register(ShellTool(ws, timeout=10))
+    model = ScriptedModel([ToolUseBlock(id="c", name="run_command", input={"command": "cat p?b/ok.txt"}), "done"])
+    agent = ReActAgent(
+        "r",
+        "s",
+        model=model,
+        toolkit=toolkit,
+        state_store=InMemoryStateStore(),
+        permission=PermissionContext(mode=PermissionMode.BYPASS, rules=[rule]),
+    )
+    reply = await agent.call("go", RuntimeContext(user_id="u", session_id="c"))
+    assert reply.generate_reason is GenerateReason.STOP
+    [result] = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
+    assert "public" in str(result.output)
 
 
 # -- properties -----------------------------------------------------------------------------------------------

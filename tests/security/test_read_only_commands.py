@@ -65,6 +65,7 @@ def make_workspace(root: Path) -> Path:
     git(root, "config", "--local", "agentrt.token", GIT_SECRET)
     git(root, "add", "-f", "hello.txt", "src/app.py", ".env", "deep/er/.env.local")
     git(root, "commit", "-q", "-m", "initial import")
+    git(root, "tag", "env-blob", "HEAD:.env")  # a tag naming the blob: `git show <tag>` prints it whatever the format
     (root / ".env").write_text(f"API_KEY={SECRET}\nOTHER={SECRET}-2\n")  # `git diff` would show it
     return root
 
@@ -159,6 +160,10 @@ SPELLINGS = [
     "git show HEAD:.env",
     "git show --stat {blob}",
     "git show -s {blob}",
+    "git show --stat env-blob",
+    "git show -s --oneline env-blob",
+    "git show --name-only env-blob",
+    "git show --stat HEAD env-blob",
     "git status -v",
     "git status --verbose",
 ]
@@ -328,7 +333,19 @@ FLAGS: dict[str, list[str]] = {
         "HEAD",
         "--no-decorate",
     ],
-    "git show": ["--stat", "-s", "HEAD", "--textconv", "--format=%s", "-p", "--name-only", "--no-patch", "--oneline"],
+    "git show": [
+        "--stat",
+        "-s",
+        "HEAD",
+        "--textconv",
+        "--format=%s",
+        "-p",
+        "--name-only",
+        "--no-patch",
+        "--oneline",
+        "env-blob",
+        "HEAD~0",
+    ],
     "git": ["-c", "core.pager=cat", "--git-dir=.git", "--work-tree=.", "--no-pager", "-C", ".", "--exec-path=."],
 }
 DANGEROUS_LONGS = ["--recursive", "--dereference-recursive", "--directories=recurse", "--follow", "--files0-from=list0"]

@@ -55,7 +55,9 @@ def test_regex_is_a_full_match() -> None:
 
 
 # -- canonical values ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("value", [1, 1.0, "1", "1.0", "1.00", "1e0", "10e-1", " 1 "])
+@pytest.mark.parametrize(
+    "value", [1, 1.0, "1", "1.0", "1.00", "1e0", "10e-1", " 1 ", "+1", "01", "1.", "1_0e-1", "\uff11"]
+)
 def test_deny_on_a_number_catches_every_spelling(value: Any) -> None:
     assert deny("n", "1").matches("t", {"n": value})
     assert deny("n", "1.0").matches("t", {"n": value})
@@ -164,7 +166,19 @@ class Counter:
             self.calls.append(sql)
             return "ok"
 
-        self.tools = [set_level, configure, run_query]
+        @tool
+        async def notify(recipients: list[str], note: str = "") -> str:
+            """Send a note."""
+            self.calls.append(recipients)
+            return "ok"
+
+        @tool
+        async def deploy(target: str) -> str:
+            """Deploy to a target (`target` is one of the names the engine reads as a path)."""
+            self.calls.append(target)
+            return "ok"
+
+        self.tools = [set_level, configure, run_query, notify, deploy]
 
 
 @pytest.mark.parametrize(
@@ -180,6 +194,29 @@ class Counter:
             deny("sql", "drop table*", "run_query"),
             {"name": "run_query", "input": {"sql": "\uff24\uff32\uff2f\uff30 TABLE t"}},
         ),
+        # invisible format characters, whitespace around, a JSON array pattern as written
+        (deny("sql", "drop*", "run_query"), {"name": "run_query", "input": {"sql": "dr\u200bop table t"}}),
+        (deny("sql", "drop*", "run_query"), {"name": "run_query", "input": {"sql": "  drop table t"}}),
+        (deny("sql", "drop*", "run_query"), {"name": "run_query", "input": {"sql": "d\u00adrop table t"}}),
+        (
+            deny("recipients", '["ceo@example.com"]', "notify"),
+            {"name": "notify", "input": {"recipients": ["ceo@example.com"]}},
+        ),
+        (
+            deny("recipients", '[ "ceo@example.com" , "cfo@example.com" ]', "notify"),
+            {"name": "notify", "input": {"recipients": ["ceo@example.com", "cfo@example.com"]}},
+        ),
+        # a string argument that holds a number or a JSON object, as the tool may parse it
+        (deny("sql", "7", "run_query"), {"name": "run_query", "input": {"sql": "+07"}}),
+        (deny("sql", "7", "run_query"), {"name": "run_query", "input": {"sql": "\uff17"}}),
+        (
+            deny("sql", '{"a":1,"b":[2]}', "run_query"),
+            {"name": "run_query", "input": {"sql": ' {"b": [2.0], "a": 1} '}},
+        ),
+        # an argument named like a path is also matched as the raw text a tool may take it for
+        (deny("target", "prod*", "deploy"), {"name": "deploy", "input": {"target": " prod-db"}}),
+        (deny("target", "prod*", "deploy"), {"name": "deploy", "input": {"target": "\nPROD"}}),
+        (deny("target", r"re:rm\s+-rf.*", "deploy"), {"name": "deploy", "input": {"target": "rm  -rf\tvictim.txt"}}),
     ],
 )
 async def test_denied_spelling_never_runs(rule: PermissionRule, call: dict[str, Any]) -> None:
@@ -197,3 +234,16 @@ async def test_denied_spelling_never_runs(rule: PermissionRule, call: dict[str, 
     [result] = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
     assert result.state == "denied"
     assert counter.calls == []
+
+
+# -- paths and commands in deny rules ------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["rm -rf //", "rm -rf /.", "rm -rf /tmp/..", "sudo rm -rf ///", "rm -rf /./"])
+def test_a_deny_on_a_command_sees_collapsed_paths(command: str) -> None:
+    assert deny("command", "rm -rf /", "run_command").matches("run_command", {"command": command})
+
+
+@pytest.mark.parametrize("path", ["secret", "secret/x.txt", "secret/deep/y.txt", "SECRET/x.txt"])
+def test_a_regex_deny_on_a_directory_covers_what_is_below(path: str) -> None:
+    rule = deny("path", "re:/ws/secret", "read_file")
+    assert rule.matches("read_file", {"path": path}, workspace="/ws")
+    assert not rule.matches("read_file", {"path": "secrets.txt"}, workspace="/ws")

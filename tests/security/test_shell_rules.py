@@ -7,11 +7,15 @@ the marker must not exist. Deny rules, the other way round, must catch the dange
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentrt import (
@@ -130,6 +134,109 @@ async def test_unparseable_commands_never_match_an_allow_rule(tmp_path: Path, co
     reply, _ = await _run(tmp_path, command.format(m=marker), [rule])
     assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
     assert not marker.exists()
+
+
+# Where a naive reading of bash differs from bash: the parser must read these as bash does.
+BASH_READINGS = [
+    ("cat *", "cat <<EOF\nEO\\\nF\ntouch {m}\nEOF\n"),  # a backslash-newline joins lines before the delimiter test
+    ("cat *", "cat <<EOF\nEOF\\\n\ntouch {m}\nEOF\n"),
+    ("cat *", "cat <<E\\\nOF\n$(touch {m})\nEOF\n"),  # an unquoted delimiter: the body is expanded
+    ("cat *", "cat <<-EOF\n\t\\\n\tEOF\ntouch {m}\nEOF\n"),
+    ("echo *", "<&-touch {m}"),  # "<&-" is a token of its own: "touch" is the program
+    ("echo *", ">&- touch {m}"),
+    ("echo *", "2>&-touch {m}"),
+    ("echo *", "echo hi; <&-touch {m}"),
+    ("echo *", "echo $\\\n(touch {m})"),
+    ("echo *", "echo hi;\\\n touch {m}"),
+]
+
+
+@pytest.mark.parametrize(("pattern", "command"), BASH_READINGS)
+async def test_the_parser_reads_the_line_as_bash_does(tmp_path: Path, pattern: str, command: str) -> None:
+    marker = tmp_path / "marker"
+    rule = PermissionRule(tool="run_command", args={"command": pattern})
+    reply, _ = await _run(tmp_path, command.format(m=marker), [rule])
+    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION, command
+    assert not marker.exists()
+
+
+def test_line_continuations_inside_words_are_read_as_bash_reads_them() -> None:
+    from agentrt.permission.commands import parse_command
+
+    [cmd] = parse_command("X\\\n=1 bash x.sh").commands  # an assignment, then the program bash
+    assert [w.value for w in cmd.assignments] == ["X=1"] and cmd.argv == ("bash", "x.sh")
+    [cmd] = parse_command("!\\\n bash x.sh").commands  # "!" is the reserved word
+    assert cmd.argv == ("bash", "x.sh")
+    assert not parse_command("echo $\\\nX").ok  # "$X" split by a continuation: refused, not read as "$" "X"
+
+
+# Tokens of bash syntax, and a program "mark" (on PATH in the test) that leaves a marker when it runs.
+_BASH_TOKENS = [
+    "echo", "mark", "cat", "true", " ", " ", "\t", "\n", ";", "&", "|", "&&", "||", "(", ")", "{", "}", "$(", "`", "'",
+    '"', "\\", "<", ">", "<<", "<<-", "<<<", "EOF", "\nEOF\n", "EOF\n", "EO", "F\n", "#", "$", "x", "=", "X=", "<(",
+    ">(", "!", "\\\n", "2>&1", "*", "-", "$X", "${X}", "'EOF'", "\\EOF", "1", ">&", "<&", "&>", "|&", "<&-", ">&-",
+    "time", "exec", "command", "a\\\n=", "\\\nmark", "m\\\nark", "ma''rk", "$@", "{a,b}", "~", "[a]",
+]  # fmt: skip
+_WRAPPING = frozenset({"time", "exec", "command", "!"})
+
+
+def _lists_mark(line: str) -> bool:
+    """Whether the parser refuses the line or lists a command that may run "mark" (or a computed program)."""
+    from agentrt.permission.commands import parse_command
+    from agentrt.permission.matching import expand_commands
+
+    parsed = parse_command(line)
+    if not parsed.ok:
+        return True
+    for cmd in expand_commands(parsed):
+        if not cmd.words:
+            continue
+        first = cmd.words[0]
+        if not first.static or first.value == "mark":
+            return True
+        if first.value in _WRAPPING and any("mark" in w.value or not w.static for w in cmd.words[1:]):
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def mark_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    mark = bin_dir / "mark"
+    mark.write_text('#!/bin/sh\ntouch "$MARK"\n')
+    mark.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tokens=st.lists(st.sampled_from(_BASH_TOKENS), min_size=2, max_size=14),
+    tail=st.sampled_from([" mark", ";mark", "\nmark", "`mark`", "$(mark)", ""]),
+)
+@example(tokens=["<&-", "mark", "$X"], tail="")
+@example(tokens=["cat", "<<", "EOF", "\n", "EO", "\\\n", "F\n", "mark", "\nEOF\n"], tail="")
+@example(tokens=["cat", "<<", "E", "\\\n", "OF", "\n", "$(", "mark", ")", "\nEOF\n"], tail="")
+def test_bash_runs_no_program_the_parser_did_not_list(
+    mark_bin: Path, tmp_path: Path, tokens: list[str], tail: str
+) -> None:
+    """Differential: a line the parser accepts, run by real bash, runs no "mark" the parser did not see."""
+    line = "".join(tokens) + tail
+    if _lists_mark(line):
+        return
+    marker = tmp_path / f"marker-{uuid.uuid4().hex}"
+    env = {"PATH": f"{mark_bin}:/usr/bin:/bin", "MARK": str(marker), "LANG": "C.UTF-8"}
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run(
+            [shutil.which("bash") or "bash", "-c", line],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=5,
+            check=False,
+        )
+    assert not marker.exists(), line
 
 
 async def test_a_redirect_target_must_be_allowed_as_a_path(tmp_path: Path) -> None:

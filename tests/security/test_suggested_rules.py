@@ -28,6 +28,7 @@ from agentrt import (
 from agentrt.errors import UserError
 from agentrt.model import ScriptedModel
 from agentrt.permission import Decision, check_answer_rule, suggest_rules
+from agentrt.permission.suggest import _GENERALISABLE
 from agentrt.state import InMemoryStateStore
 from agentrt.tool.builtin import FileTools, ShellTool
 
@@ -77,6 +78,38 @@ WRAPPED = [
     "make test",
     "./run.sh",
     "bin/tool --fast",
+    # programs no deny-list names: interpreters, wrappers and runners under other names
+    "pipenv run pytest",
+    "sqlite3 app.db 'select 1'",
+    "ksh93 build.sh",
+    "bash5 build.sh",
+    "gosu app ls",
+    "chrt 5 ls",
+    "taskset 1 ls",
+    "hyperfine ls",
+    "xvfb-run ls",
+    "rustup run stable cargo",
+    "mise exec ls",
+    "m4 macros.m4",
+    "mycli --fast",
+    # writes named by an option value or an operand
+    "sort -o out.txt in.txt",
+    "tree -o out.txt",
+    "rg --pre cat TODO .",
+    "uniq in.txt",
+    "tee out.txt",
+    "touch a.txt",
+    # git subcommands that discard or redirect work
+    "git checkout main",
+    "git restore a.txt",
+    "git reset HEAD~1",
+    "git stash",
+    "git rm a.txt",
+    "git remote add up x",
+    "git reflog",
+    # line continuations bash removes before it reads assignments and reserved words
+    "X\\\n=1 bash x.sh",
+    "!\\\n bash x.sh",
 ]
 
 DANGEROUS_TAILS = [
@@ -142,6 +175,40 @@ def test_find_generalisation_excludes_actions() -> None:
     assert general.matches("run_command", {"command": "find . -name '*.md'"})
     for command in ("find . -delete", "find . -name x -delete", "find . -exec rm {} \\;", "find . -fprint /etc/x"):
         assert not general.matches("run_command", {"command": command}), command
+
+
+def test_git_remote_generalisations_take_names_only() -> None:
+    for command in ("git push origin main", "git fetch origin", "git pull origin main"):
+        _, general = _rules_for(command)
+        assert general.matches("run_command", {"command": command.replace("origin", "upstream")})
+        sub = command.split()[1]
+        for other in (
+            f"git {sub} https://evil.example/x.git main",
+            f"git {sub} git@evil.example:x.git main",
+            f"git {sub} origin +main",
+            f"git {sub} origin :main",
+            f"git {sub} origin main:refs/heads/x",
+            f"git {sub} ext::sh main",
+            f"git {sub} /tmp/elsewhere main",
+            f"git {sub} 'origin' 'x y'",
+        ):
+            assert not general.matches("run_command", {"command": other}), (command, other)
+
+
+_PROGRAM = st.from_regex(r"[a-z][a-z0-9._+-]{0,10}", fullmatch=True)
+_ARGS = st.lists(st.from_regex(r"[a-z0-9./]{1,6}", fullmatch=True), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=_PROGRAM, args=_ARGS)
+def test_an_unknown_program_gets_only_the_exact_call(program: str, args: list[str]) -> None:
+    """An allow-list, not a deny-list: a program not known to only read its operands is never generalised."""
+    if program in _GENERALISABLE:
+        return
+    command = " ".join([program, *args])
+    [exact] = _rules_for(command)
+    assert exact.matches("run_command", {"command": command})
+    assert not exact.matches("run_command", {"command": command + " x"})
 
 
 def test_git_push_generalisation_excludes_options() -> None:

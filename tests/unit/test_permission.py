@@ -209,7 +209,8 @@ def test_rule_arg_regex_full_match(pattern: str, value: str, expected: bool) -> 
         ("true", True, True),
         ("false", True, False),
         ("null", None, True),
-        ("[1,2]", [1, 2], False),  # "[1,2]" is a glob character class, not literal text
+        ("[1,2]", [1, 2], True),  # a pattern that is a JSON array is compared as JSON (and as a glob)
+        ("[1,2]", "1", True),  # ... the glob: a character class
         ("[[]1,2[]]", [1, 2], True),
         ('{"a":1}', {"a": 1}, True),
         (r"re:\d+", 42, True),
@@ -945,7 +946,7 @@ def test_directory_suggestion_with_glob_characters_matches_the_call(path: str) -
     assert general.matches("fs.edit", {"path": path})
 
 
-@pytest.mark.parametrize("command", ["git  push origin main", "'my tool' run --fast"])
+@pytest.mark.parametrize("command", ["git  push origin main", "'ls' -la --color=never src"])
 def test_command_suggestion_matches_the_call_it_was_made_for(command: str) -> None:
     _, general = suggest_rules("shell", {"command": command})
     assert general.args is not None

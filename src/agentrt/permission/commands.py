@@ -318,7 +318,7 @@ class _Parser:
             raise _RefusedError("a word after ')' or '}'")
         start = self.i
         word = self.word()
-        if seq.state == "start" and seq.cmd.empty() and self.reserved_word(seq, self.s[start : self.i]):
+        if seq.state == "start" and seq.cmd.empty() and self.reserved_word(seq, spliced(self.s[start : self.i])):
             return
         self.add_word(seq.cmd, word)
         seq.state, seq.need = "words", False
@@ -346,7 +346,7 @@ class _Parser:
     def add_word(self, cmd: _Builder, word: Word) -> None:
         if cmd.start < 0:
             cmd.start = self.i - len(word.source)
-        if not cmd.words and _ASSIGNMENT.match(word.source):
+        if not cmd.words and _ASSIGNMENT.match(spliced(word.source)):
             cmd.assignments.append(word)
         else:
             cmd.words.append(word)
@@ -388,14 +388,19 @@ class _Parser:
         start = self.i
         if self.i >= self.n or self.s[self.i] in _WORD_END:
             raise _RefusedError(f"{op!r} without a target")
-        word = self.word()
+        if op in ("<&", ">&") and self.s[self.i] == "-":
+            # bash reads the "-" of "<&-" / ">&-" as a token of its own: "<&-cmd" closes stdin, then runs cmd.
+            self.i += 1
+            word = Word(parts=(("-", True),), source="-")
+        else:
+            word = self.word()
         if self.i == start:
             raise _RefusedError(f"{op!r} without a target")
         self.compound = True
         if op in ("<<", "<<-"):
             if not word.static:
                 raise _RefusedError("a here-document delimiter with expansions")
-            quoted = any(ch in word.source for ch in "'\"\\")
+            quoted = any(ch in spliced(word.source) for ch in "'\"\\")
             self.heredocs.append((word.value, quoted, op == "<<-"))
             red = Redirect(op=op, target=None, kind="data")
         elif op == "<<<":
@@ -419,15 +424,12 @@ class _Parser:
 
     def read_heredocs(self, pos: int) -> int:
         """Consume the bodies of pending here-documents starting at `pos`; returns the position after them."""
-        s = self.s
         for delim, quoted, strip in self.heredocs:
             lines: list[str] = []
             while True:
                 if pos >= self.n:
                     raise _RefusedError(f"here-document not terminated by {delim!r}")
-                j = s.find("\n", pos)
-                line = s[pos : j if j >= 0 else self.n]
-                pos = j + 1 if j >= 0 else self.n
+                line, pos = self.heredoc_line(pos, splice=not quoted)
                 if (line.lstrip("\t") if strip else line) == delim:
                     break
                 lines.append(line)
@@ -438,6 +440,31 @@ class _Parser:
                 self.merge(body)
         self.heredocs = []
         return pos
+
+    def heredoc_line(self, pos: int, *, splice: bool) -> tuple[str, int]:
+        r"""One line of a here-document body from `pos` (without its newline), and the position after it.
+
+        As bash reads an unquoted body (`splice`): a backslash-newline joins the next line before the
+        line is compared with the delimiter (``EO\\<newline>F`` ends ``<<EOF``); a backslash followed by
+        any other character keeps both, so ``\\\\<newline>`` ends the line.
+        """
+        s, n = self.s, self.n
+        if not splice:
+            j = s.find("\n", pos)
+            return s[pos : j if j >= 0 else n], (j + 1 if j >= 0 else n)
+        out: list[str] = []
+        while pos < n:
+            c = s[pos]
+            if c == "\n":
+                return "".join(out), pos + 1
+            if c == "\\" and pos + 1 < n:
+                if s[pos + 1] != "\n":
+                    out.append(s[pos : pos + 2])
+                pos += 2
+                continue
+            out.append(c)
+            pos += 1
+        return "".join(out), n
 
     def merge(self, other: _Parser) -> None:
         self.data.extend(other.data)
@@ -545,6 +572,8 @@ class _Parser:
 
     def dollar(self, lit: list[str], dynamic: Callable[[str], None], *, in_quotes: bool) -> None:
         s, i = self.s, self.i
+        if s.startswith("\\\n", i + 1):
+            raise _RefusedError("a line continuation after '$' is not supported")
         nxt = s[i + 1] if i + 1 < self.n else ""
         if nxt == "'" and not in_quotes:
             raise _RefusedError("ANSI-C $'...' quoting is not supported")
@@ -590,6 +619,15 @@ class _Parser:
             inner.append(c)
             self.i += 1
         raise _RefusedError("an unterminated backtick")
+
+
+def spliced(source: str) -> str:
+    r"""Source text without backslash-newline pairs.
+
+    Bash's reader removes them before it looks for reserved words, assignments and quoting
+    (``X\<newline>=1 cmd`` assigns ``X``).
+    """
+    return source.replace("\\\n", "")
 
 
 def _refusal(text: str) -> str | None:

@@ -12,8 +12,10 @@ Three kinds of argument (by name, see `is_command_key` and `is_path_key`):
   NFKC-casefolded, also everything below a matching directory, and applies to every path argument
   of the call whatever its name, to redirect targets and to the words of shell commands.
 - **other values** are compared as text: strings as they are, other values in canonical JSON
-  (sorted keys, ``1.0`` written ``1``). Deny and ask patterns also match numeric strings by value
-  (``"1.0"`` as ``1``) and NFKC-casefolded text.
+  (sorted keys, ``1.0`` written ``1``); a pattern that is a JSON object or array is compared in that
+  form too. Deny and ask patterns also match a string stripped, a numeric string by value (``"1.0"``,
+  ``"+01"`` as ``1``), a string holding a JSON object or array in canonical form, and NFKC-casefolded
+  text without invisible format characters.
 
 Regular expressions (``re:``) are full matches with ``re.DOTALL``.
 """
@@ -27,7 +29,7 @@ import math
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +39,6 @@ from agentrt.permission.commands import (
     ParsedCommand,
     Redirect,
     SimpleCommand,
-    Word,
     guard,
     parse_command,
     plain_text,
@@ -46,6 +47,7 @@ from agentrt.permission.commands import (
 from agentrt.permission.decision import Decision
 from agentrt.permission.paths import (
     PathForms,
+    collapse_path,
     fold,
     glob_escape,
     glob_literal,
@@ -54,6 +56,7 @@ from agentrt.permission.paths import (
     path_pattern,
     resolve_path,
 )
+from agentrt.permission.shellpaths import CommandPaths, command_paths, only_tilde, walk_reaches
 
 if TYPE_CHECKING:
     from agentrt.permission.rules import PermissionRule
@@ -100,7 +103,9 @@ _SAFE_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/stdi
 _SCRIPT_TAKERS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "busybox", "su", "runuser"})
 _SCRIPT_TAKERS |= frozenset({"flock", "script"})
 _SCRIPT_FLAG = re.compile(r"-[A-Za-z]*c|--command(?:=.*)?", re.DOTALL)
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_DIGITS = r"[0-9](?:_?[0-9])*"
+_NUMBER = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?[0-9]+)?")
+"""A number as Python's `int` / `float` read it: sign, leading zeros, ``_`` between digits, ``1.``, ``.5``."""
 _FRAGMENT_SPLIT = re.compile(r"[;&|\n\r()`]|\$\(|<\(|>\(")
 _ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 _MAX_SCRIPT_DEPTH = 6
@@ -119,7 +124,7 @@ def is_path_key(key: str) -> bool:
 
 # -- canonical values ---------------------------------------------------------------------------------------
 def canonical_number(value: Any) -> str | None:
-    """A number (or a string holding a JSON number) in one spelling: ``1``, ``1.0``, ``"1e0"`` → ``1``."""
+    """A number (or a string holding one) in one spelling: ``1``, ``1.0``, ``"1e0"``, ``"+01"``, ``" 1 "`` → ``1``."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -187,7 +192,7 @@ class CallView:
         self.literal_tilde = literal_tilde
         self._commands: dict[str, ParsedCommand] = {}
         self._paths: dict[str, tuple[PathForms, ...] | None] = {}
-        self._command_paths: tuple[list[PathForms], bool] | None = None
+        self._command_paths: CommandPaths | None = None
 
     @classmethod
     def build(cls, tool_name: str, args: Mapping[str, Any], root: str, *, literal_tilde: bool = False) -> CallView:
@@ -232,55 +237,26 @@ class CallView:
                 out.extend(found)
         return out
 
-    def command_paths(self) -> tuple[list[PathForms], bool]:
-        """Paths named by the shell commands (words, redirect targets), and whether a target is computed."""
+    def command_paths(self) -> CommandPaths:
+        """Paths named by the shell commands (words, redirect targets), and why some may be unknown."""
         if self._command_paths is None:
             found: list[PathForms] = []
-            dynamic = False
+            doubt: str | None = None
+            commands: list[SimpleCommand] = []
+            redirects: list[Redirect] = []
             for key in self.command_keys():
                 parsed = self.command(key)
                 if not parsed.ok:
+                    doubt = doubt or f"the command cannot be parsed ({parsed.error})"
                     for token in re.split(r"[\s;&|()<>`'\"]+", _decode_ansi_c(parsed.source)):
                         if token and not token.startswith("-"):
                             found.append(resolve_path(token, self.root))
                     continue
-                for cmd in expand_commands(parsed):
-                    for word in (*cmd.assignments, *cmd.words[1:]):
-                        for text in _path_words(word):
-                            found.append(resolve_path(text, self.root))
-                for red in parsed.redirects:
-                    if red.kind in ("read", "write") and red.target is not None:
-                        if red.target.static or _only_tilde(red.target):
-                            found.append(resolve_path(red.target.value, self.root))
-                        else:
-                            dynamic = True
-            self._command_paths = (found, dynamic)
+                commands.extend(expand_commands(parsed))
+                redirects.extend(parsed.redirects)
+            named = command_paths(commands, redirects, self.root)
+            self._command_paths = CommandPaths(paths=(*found, *named.paths), doubt=doubt or named.doubt)
         return self._command_paths
-
-
-def _only_tilde(word: Word) -> bool:
-    return bool(word.parts) and word.parts[0] == ("~", False) and all(lit for _, lit in word.parts[1:])
-
-
-def _path_words(word: Word) -> Iterator[str]:
-    """Texts of a command word that may name a path (best effort, for deny and ask rules)."""
-    if word.static or _only_tilde(word):
-        value = word.value
-    else:
-        value = ""
-        for text, literal in word.parts:
-            if not literal and text not in "*?[]{}":
-                break
-            value += text
-        if not value:
-            return
-    if not value or (value.startswith("-") and "=" not in value):
-        return
-    yield value
-    if "=" in value:
-        rest = value.split("=", 1)[1]
-        if rest:
-            yield rest
 
 
 def _decode_ansi_c(text: str) -> str:
@@ -369,6 +345,7 @@ def _deny_texts(source: str, depth: int = 0) -> frozenset[str]:
         for cmd in expand_commands(parsed):
             texts.update(suffix_texts(cmd))
             texts.add(plain_text(cmd))
+            texts.update(_collapsed_tails(cmd))
             texts.add(cmd.source)
             # A quoted argument may be a script some program runs (trap, sh < x, python -c "os.system(...)").
             scripts.extend(w.value for w in cmd.words[1:] if w.static and _SCRIPT_LIKE.search(w.value))
@@ -380,6 +357,16 @@ def _deny_texts(source: str, depth: int = 0) -> frozenset[str]:
             texts.update(_deny_texts(script, depth + 1))
     texts.discard("")
     return frozenset(texts)
+
+
+def _collapsed_tails(cmd: SimpleCommand) -> Iterator[str]:
+    """The command's word values with path words collapsed (``//``, ``/.``, ``a/..`` → ``/``), and their tails."""
+    values = [w.value for w in cmd.words]
+    if not any("/" in v for v in values):
+        return
+    words = [collapse_path(v) if "/" in v and not v.startswith("-") else v for v in values]
+    for k in range(min(len(words), 64)):
+        yield " ".join(words[k:])
 
 
 def _fragments(source: str) -> set[str]:
@@ -491,7 +478,7 @@ def allow_value(pattern: str, value: Any) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _pattern_spellings(pattern: str) -> tuple[str, ...]:
     """The pattern, plus its canonical JSON form when it spells a JSON object (or a glob-escaped array)."""
-    candidates = [pattern] if pattern.startswith("{") else []
+    candidates = [pattern] if pattern.startswith(("{", "[")) else []
     literal = glob_literal(pattern)
     if literal is not None:
         candidates.append(literal)
@@ -553,7 +540,7 @@ def _target_covered(
 ) -> bool:
     if red.kind in ("dup", "data"):
         return True
-    if red.target is None or not (red.target.static or _only_tilde(red.target)):
+    if red.target is None or not (red.target.static or only_tilde(red.target)):
         return False
     forms = resolve_path(red.target.value, view.root)
     if all(f in _SAFE_TARGETS for f in forms.forms):
@@ -630,12 +617,31 @@ def _deny_text(pattern: str, texts: Iterable[str]) -> bool:
 
 
 def _deny_paths(pattern: str, paths: Iterable[PathForms], root: str) -> bool:
+    test = _deny_path_test(pattern, root)
+    return any(test(f) for p in paths for f in p.forms)
+
+
+def _deny_path_test(pattern: str, root: str) -> Callable[[str], bool]:
+    """Whether an absolute path matches a deny or ask path pattern (also below a matching directory)."""
     if pattern.startswith("re:"):
         rx = _regex(pattern[3:], re.DOTALL)
         rxi = _regex(pattern[3:], re.DOTALL | re.IGNORECASE)
-        return any(rx.fullmatch(f) is not None or rxi.fullmatch(fold(f)) is not None for p in paths for f in p.forms)
+
+        def regex_test(path: str) -> bool:
+            return any(
+                rx.fullmatch(p) is not None or rxi.fullmatch(fold(p)) is not None for p in _self_and_parents(path)
+            )
+
+        return regex_test
     compiled = path_pattern(_unanchor(pattern), root, below=True)
-    return any(compiled.matches(f) or compiled.matches_folded(fold(f)) for p in paths for f in p.forms)
+    return lambda path: compiled.matches(path) or compiled.matches_folded(fold(path))
+
+
+def _self_and_parents(path: str) -> Iterator[str]:
+    """``/a/b/c``, ``/a/b``, ``/a`` (a regex deny on a directory also covers what is below it)."""
+    while path not in ("/", ""):
+        yield path
+        path = posixpath.dirname(path)
 
 
 def _unanchor(pattern: str) -> str:
@@ -651,10 +657,11 @@ def deny_matches(rule: PermissionRule, view: CallView) -> bool:
         return False
     for key, pattern in (rule.args or {}).items():
         if is_path_key(key):
-            candidates = [*view.path_args(), *view.command_paths()[0]]
+            candidates = [*view.path_args(), *view.command_paths().paths]
             if _deny_paths(pattern, candidates, view.root):
                 continue
-            if key in view.args and view.paths(key) is None and _deny_value(pattern, view.args[key]):
+            # The raw value too (stripped, folded, as a regex sees it): a tool may not read it as a path.
+            if key in view.args and _deny_value(pattern, view.args[key]):
                 continue
             return False
         if key not in view.args:
@@ -671,10 +678,26 @@ def deny_matches(rule: PermissionRule, view: CallView) -> bool:
 def _deny_value(pattern: str, value: Any) -> bool:
     texts = [value_text(value)]
     if isinstance(value, str):
-        number = canonical_number(value)
-        if number is not None:
-            texts.append(number)
+        texts.extend(_string_readings(value))
     return _deny_text(pattern, texts)
+
+
+def _string_readings(value: str) -> list[str]:
+    """Other texts a tool may read a string argument as: stripped, a number by value, JSON in canonical form."""
+    out = [value.strip()]
+    for text in (value, fold(value)):
+        number = canonical_number(text)
+        if number is not None:
+            out.append(number)
+    stripped = value.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            loaded = json.loads(stripped)
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, (dict, list)):
+            out.append(canonical_json(loaded))
+    return out
 
 
 def path_doubt(rule: PermissionRule, view: CallView) -> str | None:
@@ -683,16 +706,31 @@ def path_doubt(rule: PermissionRule, view: CallView) -> str | None:
     A directory argument may hold matching paths (a listing or search would reach them), or a redirect
     target is computed when the command runs.
     """
-    patterns = [p for k, p in (rule.args or {}).items() if is_path_key(k) and not p.startswith("re:")]
+    patterns = [p for k, p in (rule.args or {}).items() if is_path_key(k)]
     if not patterns or not fnmatch.fnmatchcase(view.tool_name, rule.tool):
         return None
-    if view.command_paths()[1]:
-        return "a redirect target is computed when the command runs"
-    for forms in view.path_args():
+    named = view.command_paths()
+    if named.doubt is not None:
+        return f"a path in the command may be hidden ({named.doubt})"
+    for forms in (*view.path_args(), *named.paths):
         if not os.path.isdir(forms.real):
             continue
         for pattern in patterns:
-            compiled = path_pattern(_unanchor(pattern), view.root, below=True)
-            if any(may_contain(compiled, f) for f in forms.forms):
+            if _directory_may_hold(pattern, forms, view.root):
                 return f"{forms.raw!r} is a directory that may contain paths matching {pattern!r}"
     return None
+
+
+def _directory_may_hold(pattern: str, forms: PathForms, root: str) -> bool:
+    """Whether a listing or search of a directory could reach paths a deny or ask path pattern matches.
+
+    A glob is judged on its text (`may_contain`), then by a bounded walk for symlinks leading to
+    matching paths; a regular expression by a bounded walk of the tree (too big to walk: it may).
+    """
+    regex = pattern.startswith("re:")
+    if not regex:
+        compiled = path_pattern(_unanchor(pattern), root, below=True)
+        if any(may_contain(compiled, f) for f in forms.forms):
+            return True
+    reached = walk_reaches(forms.real, _deny_path_test(pattern, root), links_only=not regex)
+    return reached if reached is not None else regex

@@ -24,6 +24,7 @@ from agentrt.permission.decision import PermissionDecision
 __all__ = [
     "PathForms",
     "PathPattern",
+    "collapse_path",
     "is_dangerous_path",
     "refuse_dangerous_path",
     "resolve_path",
@@ -33,10 +34,13 @@ __all__ = [
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-def _collapse(path: str) -> str:
+def collapse_path(path: str) -> str:
     """`posixpath.normpath` without the POSIX special case that keeps a leading ``//``."""
     norm = posixpath.normpath(path)
     return "/" + norm.lstrip("/") if norm.startswith("//") else norm
+
+
+_collapse = collapse_path
 
 
 def _real(path: str) -> str:
@@ -232,8 +236,14 @@ def _resolve_pattern_text(pattern: str, root: str, *, anchored: bool) -> tuple[s
 
 @functools.lru_cache(maxsize=4096)
 def fold(text: str) -> str:
-    """NFKC-normalised, case-folded text (the wider form deny and ask rules also see)."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    """NFKC-normalised, case-folded text without format characters: the wider form deny and ask rules see.
+
+    Format characters (zero-width spaces, joiners, bidi marks, soft hyphens) are invisible.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    if folded.isascii():
+        return folded
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
 
 
 @functools.lru_cache(maxsize=1024)

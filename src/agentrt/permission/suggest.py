@@ -3,11 +3,12 @@
 Every suggestion list starts with the exact call. A generalisation follows only when it is safe:
 
 - a shell command gets one when it is a single plain command (no operators, substitutions,
-  redirections, expansions or globs) of a program that does not run code given to it: the same
-  program (and subcommand), the options the call used, and any further non-option words. Interpreters,
-  wrappers, build and package runners, network and container clients, destructive programs, ``find``
-  with actions and ``git`` with global options or outside its everyday subcommands get the exact
-  command only (`never_generalised`);
+  redirections, expansions or globs) of a program known to only read its operands (an allow-list,
+  `_GENERALISABLE`, plus everyday ``git`` subcommands): the same program (and subcommand), the options
+  the call used, and any further non-option words (for ``git push|pull|fetch``: names only, no URL or
+  refspec). Every other program (interpreters, wrappers, runners, clients, anything unknown), ``find``
+  with actions, ``git`` with global options, and options that run a program or write a file get the
+  exact command only (`never_generalised`);
 - a path gets its directory (``/ws/src/main.py`` → ``/ws/src/**``), never ``/``, the home directory
   or one of its ancestors, an ancestor of the workspace or a protected directory;
 - a tool with neither gets the whole tool.
@@ -37,75 +38,58 @@ if TYPE_CHECKING:
 __all__ = ["check_answer_rule", "never_generalised", "suggest_rules"]
 
 # fmt: off
-_INTERPRETERS = frozenset({
-    "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox", "python", "python2",
-    "python3", "pypy", "pypy3", "ipython", "node", "nodejs", "deno", "bun", "perl", "ruby", "irb", "php", "lua",
-    "luajit", "rscript", "r", "julia", "tclsh", "wish", "osascript", "pwsh", "powershell", "java", "jshell",
-    "groovy", "scala", "kotlin", "swift", "dotnet",
+_GENERALISABLE = frozenset({
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "echo", "printf", "pwd", "stat", "file", "du",
+    "df", "tree", "diff", "cmp", "comm", "sort", "cut", "tr", "nl", "fold", "column", "paste", "join", "rev", "tac",
+    "od", "hexdump", "strings", "basename", "dirname", "realpath", "readlink", "which", "whoami", "id", "uname", "seq",
+    "sleep", "true", "false", "test", "[", "jq", "md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum",
+    "base64", "base32", "find", "git",
 })
-_WRAPPERS = frozenset({
-    "env", "xargs", "sudo", "doas", "su", "runuser", "nohup", "timeout", "nice", "ionice", "time", "watch", "exec",
-    "eval", "source", ".", "command", "builtin", "stdbuf", "setsid", "chroot", "flock", "script", "unbuffer",
-    "strace", "ltrace", "gdb", "lldb", "valgrind", "parallel", "nsenter", "unshare", "systemd-run", "at", "batch",
-    "crontab", "tmux", "screen", "expect", "fakeroot", "proot", "firejail",
-})
-_SCRIPTABLE = frozenset({
-    "awk", "gawk", "mawk", "nawk", "sed", "gsed", "vim", "vi", "nvim", "view", "ex", "emacs", "nano", "less",
-    "more", "most", "man",
-})
-_RUNNERS = frozenset({
-    "make", "gmake", "cmake", "ninja", "just", "task", "rake", "go", "cargo", "rustc", "gcc", "cc", "clang", "mvn",
-    "gradle", "gradlew", "ant", "sbt", "npm", "npx", "pnpm", "pnpx", "yarn", "bunx", "uv", "uvx", "pip", "pip3",
-    "pipx", "poetry", "pdm", "hatch", "tox", "nox", "pytest", "py.test", "conda", "mamba", "bundle", "gem",
-    "composer",
-})
-_REMOTE = frozenset({
-    "ssh", "scp", "sftp", "rsync", "curl", "wget", "nc", "ncat", "netcat", "socat", "telnet", "ftp", "docker",
-    "podman", "kubectl", "helm",
-})
-_DESTRUCTIVE = frozenset({
-    "rm", "rmdir", "dd", "shred", "truncate", "mkfs", "chmod", "chown", "chgrp", "kill", "pkill", "killall",
-    "shutdown", "reboot", "halt", "poweroff", "systemctl", "service", "launchctl", "mount", "umount", "iptables",
-    "ln", "cp", "mv", "install", "tar", "zip", "unzip",
-})
-_VERSIONED = re.compile(r"(?:python|pypy|perl|ruby|php|node|lua|pip)[0-9.]*")
+"""Programs that only read their operands and run nothing named by them: the only ones whose calls get a
+general suggestion. Every other program (interpreters, wrappers, runners, package managers, clients,
+database shells, editors, anything unknown) gets the exact command only."""
 _FIND_ACTIONS = frozenset({
     "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
 })
 _GIT_SUBCOMMANDS = frozenset({
-    "status", "diff", "log", "show", "add", "commit", "push", "pull", "fetch", "branch", "checkout", "switch",
-    "restore", "merge", "tag", "stash", "rev-parse", "ls-files", "blame", "remote", "reset", "init", "mv", "rm",
-    "describe", "shortlog", "reflog", "cherry-pick", "revert",
+    "status", "diff", "log", "show", "add", "commit", "push", "pull", "fetch", "branch", "switch", "merge", "tag",
+    "rev-parse", "ls-files", "blame", "describe", "shortlog", "cherry-pick", "revert", "init",
 })
-_GIT_DANGEROUS_SHORT = frozenset("cCOx")
+"""Everyday git subcommands that get a general suggestion; the ones that discard work (``checkout .``,
+``restore``, ``reset``, ``stash``, ``rm``, ``reflog delete``) or redirect it (``remote set-url``) do not."""
+_GIT_REMOTE_SUBCOMMANDS = frozenset({"push", "pull", "fetch"})
+_DANGEROUS_SHORT = {"git": frozenset("cCOx"), "sort": frozenset("o"), "tree": frozenset("o")}
+"""Short options that run a program or write a file named by their value, per program."""
 _DANGEROUS_LONG = (
     "--receive-pack", "--receivepack", "--upload-pack", "--uploadpack", "--exec", "--exec-path", "--config",
     "--config-env", "--output", "--ext-diff", "--textconv", "--open-files-in-pager", "--command", "--eval", "--run",
     "--pager", "--editor", "--to-command", "--checkpoint-action", "--use-compress-program", "--compress-program",
     "--rsh", "--rsync-path", "--template", "--filter", "--shell", "--init-file", "--rcfile", "--upload-archive",
     "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--remote", "--interpreter", "--preprocessor",
-    "--post-hook", "--pre-hook",
+    "--post-hook", "--pre-hook", "--hostname-bin",
 )
 _NON_OPTION_WORDS = (r" [^\s'-][^\s']*", r" '[^'-][^']*'")
 """A bare word, or a single-quoted one, that does not start with ``-`` (not an option)."""
+_REMOTE_NAME_WORDS = (r" [A-Za-z0-9_][A-Za-z0-9_./-]*",)
+"""For ``git push|pull|fetch``: remote and branch names only (no URL, no ``+`` force or ``:`` refspec)."""
 _SYSTEM_DIRS = frozenset({
     "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt", "/root", "/home", "/boot", "/dev",
     "/proc", "/sys", "/run", "/srv", "/snap", "/mnt", "/media", "/Users", "/System", "/Library", "/private",
     "/Applications", "/Volumes",
 })
 # fmt: on
-_EXACT_ONLY = _INTERPRETERS | _WRAPPERS | _SCRIPTABLE | _RUNNERS | _REMOTE | _DESTRUCTIVE
 
 
 def never_generalised(argv: list[str]) -> bool:
-    """Whether a command gets only exact suggestions: it runs code or commands, or its arguments do harm."""
+    """Whether a command gets only exact suggestions.
+
+    That is a program not known to only read its operands (`_GENERALISABLE`), one named by a path,
+    ``find`` with an action, ``git`` with a global option or outside `_GIT_SUBCOMMANDS`, or an option
+    that runs a program or writes a file.
+    """
     program = argv[0]
-    name = posixpath.basename(program).lower()
-    if "/" in program or not name:
-        return True
-    if name in _EXACT_ONLY or name.startswith("mkfs"):
-        return True
-    if _VERSIONED.fullmatch(name):
+    name = posixpath.basename(program)
+    if "/" in program or name not in _GENERALISABLE:
         return True
     if name == "find" and any(a in _FIND_ACTIONS for a in argv[1:]):
         return True
@@ -118,7 +102,7 @@ def _dangerous_option(program: str, option: str) -> bool:
     if option.startswith("--"):
         name = option.split("=", 1)[0]
         return len(name) > 2 and any(d.startswith(name) or name.startswith(d + "-") for d in _DANGEROUS_LONG)
-    return program == "git" and any(c in _GIT_DANGEROUS_SHORT for c in option[1:])
+    return any(c in _DANGEROUS_SHORT.get(program, ()) for c in option[1:])
 
 
 def suggest_rules(tool_name: str, args: Mapping[str, Any], *, workspace: str | None = None) -> list[PermissionRule]:
@@ -169,7 +153,9 @@ def _command_rule(tool_name: str, key: str, command: str) -> PermissionRule | No
     if rest and not rest[0].startswith("-"):
         prefix.append(rest.pop(0))
     options = sorted({a for a in rest if a.startswith("-")})
-    alternatives = [" " + re.escape(render_value(o)) for o in options] + list(_NON_OPTION_WORDS)
+    remote = prefix[0] == "git" and len(prefix) > 1 and prefix[1] in _GIT_REMOTE_SUBCOMMANDS
+    words = _REMOTE_NAME_WORDS if remote else _NON_OPTION_WORDS
+    alternatives = [" " + re.escape(render_value(o)) for o in options] + list(words)
     pattern = "re:" + " ".join(re.escape(render_value(w)) for w in prefix) + "(?:" + "|".join(alternatives) + ")*"
     return PermissionRule(tool=tool_name, args={key: pattern}, source="suggested")
 

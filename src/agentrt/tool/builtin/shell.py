@@ -45,8 +45,10 @@ options (``-c``, ``--git-dir``, ``--work-tree``, ``--exec-path``) all ask. Recur
 in bounded time; a tree too big to check asks). ``git diff``, ``git show`` and ``git log -p``
 print file contents, also of protected files the repository tracks, so they are read-only only
 with a names-only format (``--stat``, ``--name-only`` ...) or when limited to named regular files
-(``git diff -- src/app.py``). Off by default: git runs programs named by the repository
-configuration (``core.fsmonitor``, diff drivers), so enable it only for repositories you trust.
+(``git diff -- src/app.py``); ``git show`` only of ``HEAD``, ``HEAD~2``, ``@^`` ... (a tag or an
+object id may name a file's content, which it prints whatever the options). Off by default: git runs
+programs named by the repository configuration (``core.fsmonitor``, diff drivers), so enable it only
+for repositories you trust.
 """
 
 from __future__ import annotations
@@ -877,6 +879,8 @@ _GIT_NAMES_ONLY = frozenset({"stat", "numstat", "shortstat", "name-only", "name-
 _GIT_CONTENT = frozenset({"p", "u", "U", "patch", "unified", "word-diff"})
 _REVISION = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9_./@^+-]*")
 _OBJECT_ID = re.compile(r"[0-9a-fA-F]{4,64}")
+_HEAD_REVISION = re.compile(r"(?:HEAD|@)(?:[~^][0-9]*)*")
+"""Revisions ``git show`` may name: commits relative to HEAD (any other name may be a tag of a blob)."""
 _TREE_ENTRIES = 5000
 _TREE_SECONDS = 0.05
 """Time the operand checks of one command may take (they run on the event loop); past it, the command asks."""
@@ -981,8 +985,8 @@ def _git_is_read_only(args: list[str], root: str) -> bool:
         return False
     if subcommand == "status":
         return True
-    if subcommand == "show" and any(_OBJECT_ID.fullmatch(r) for r in revisions):
-        return False  # an object id may name a blob: show prints its content whatever the format options
+    if subcommand == "show" and not all(_HEAD_REVISION.fullmatch(r) for r in revisions):
+        return False  # an object id or a tag may name a blob: show prints its content whatever the options
     # diff, show and log -p print file contents (also of protected files the repository tracks, in any
     # commit): read-only only when limited to named regular files, or names only (--stat, --name-only ...).
     shows_content = bool(names & _GIT_CONTENT) or (subcommand != "log" and not names & _GIT_NAMES_ONLY)
