@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loop_lag_support import LAG_BUDGET, LoopLagProbe, run_calls
 
-from agentrt import Toolkit, ToolResultBlock, ToolUseBlock
+from agentrt import RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock
+from agentrt.errors import ToolRetry
 from agentrt.tool.builtin import FileTools
 from agentrt.tool.builtin import files as files_module
 
@@ -117,6 +118,8 @@ async def test_generated_nested_quantifiers_never_stall_the_loop(ws: Path, patte
         (r"a*+b", "possessive quantifiers"),
         (r"(a)?(?(1)b|c)", "conditional groups"),
         (r"(?x) a b", "inline flags"),
+        (r"(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)\10", r"backreferences (\10)"),  # RE2 alone reads \10 as octal
+        (r"x\12", r"backreferences (\12)"),
     ],
 )
 async def test_unsupported_syntax_goes_back_to_the_model_saying_what(ws: Path, pattern: str, unsupported: str) -> None:
@@ -170,3 +173,22 @@ async def test_the_time_budget_stops_a_slow_search(tmp_path: Path, monkeypatch: 
     assert result.state == "success", result.output
     assert "stopped after 1 s" in str(result.output), str(result.output)[-300:]
     assert took < 10  # the budget (1 s) plus one bounded regex step, not the 10 000 lines
+
+
+async def test_python_backreferences_are_never_searched_as_octal(tmp_path: Path) -> None:
+    """``\\10`` is group 10 for Python and the character 0o10 for RE2: refused, not silently searched."""
+    (tmp_path / "ctl.txt").write_text("a\x08\nb\n\nS\n")
+    for pattern in (r"\10", r"(a)\12", r"\18"):
+        result, _, _ = await grep(tmp_path, pattern=pattern)
+        assert result.state == "error" and "backreferences" in str(result.output), (pattern, result.output)
+        assert "ctl.txt" not in str(result.output)
+    octal, _, _ = await grep(tmp_path, pattern=r"\123")  # three octal digits: "S" for both engines
+    assert "ctl.txt:4: S" in str(octal.output), octal.output
+
+
+@pytest.mark.parametrize("pattern", ["\ud800", "a\udcff", "(\udbff)+"])
+async def test_lone_surrogates_get_a_clear_error(ws: Path, pattern: str) -> None:
+    """JSON can carry a lone surrogate (``"\\ud800"``); UTF-8 cannot, so RE2 never sees it."""
+    tools = FileTools(ws)
+    with pytest.raises(ToolRetry, match="not valid Unicode"):
+        await tools.grep_files.invoke({"pattern": pattern}, RuntimeContext())

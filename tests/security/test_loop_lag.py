@@ -12,16 +12,23 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loop_lag_support import LAG_BUDGET, LoopLagProbe, run_calls
 
 from agentrt import Toolkit, ToolUseBlock
-from agentrt.tool.builtin import FileTools, ShellTool, calculate, convert_units
+from agentrt.errors import ToolRetry
+from agentrt.tool.builtin import FileTools, ShellTool, WebTools, calculate, convert_units
 from agentrt.tool.builtin import files as files_module
+from agentrt.tool.builtin import web as web_module
+from agentrt.tool.builtin.web import html_to_text
 
 WIDE = 20_000
 DEEP = 150
@@ -159,3 +166,87 @@ async def test_a_timed_out_file_tool_stops_its_worker_thread(
     assert counter.calls == stopped_at, (
         f"the worker thread went on after the timeout ({counter.calls - stopped_at} steps)"
     )
+
+
+# -- fetched pages: untrusted markup is converted off the loop, in linear time --------------------------------
+HOSTILE_PAGES: dict[str, tuple[str, str]] = {
+    # html.parser is quadratic on these: 30,000 unclosed "<a " took minutes on the event loop
+    "unclosed-tags": ("<a " * 30_000, "text/html"),
+    "unclosed-attrs": ('<a x="' * 30_000, "text/html"),
+    "marked-sections": ("<![" * 30_000, "text/html"),  # html.parser raised AssertionError
+    "nested-links": ("<a href=/x>y" * 30_000 + "</a>" * 30_000, "text/html"),
+    "big-page": ("<p>hello <b>world</b> <a href='/x'>link</a></p>\n" * 20_000, "text/html"),
+    "deep-json": ("[" * 200_000, "application/json"),  # json.loads raised RecursionError
+}
+
+
+@pytest.fixture
+async def page_server() -> AsyncIterator[str]:
+    async def page(request: web.Request) -> web.Response:
+        body, mime = HOSTILE_PAGES[request.match_info["name"]]
+        return web.Response(text=body, content_type=mime)
+
+    app = web.Application()
+    app.router.add_get("/{name}", page)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_PAGES))
+async def test_hostile_pages_never_stall_the_event_loop(page_server: str, name: str) -> None:
+    toolkit = Toolkit()
+    toolkit.register(WebTools(allow_private=True))
+    call = ToolUseBlock(id="f1", name="fetch_url", input={"url": f"{page_server}/{name}", "timeout": 60})
+    started = time.monotonic()
+    async with LoopLagProbe() as probe:
+        results = await run_calls(toolkit, [call])
+    assert probe.max_gap < LAG_BUDGET, f"fetching {name} stalled the event loop for {probe.max_gap:.2f} s"
+    assert time.monotonic() - started < 15, "the page took too long to convert"
+    output = str(results["f1"].output)
+    assert not results["f1"].is_error and output.startswith("URL: "), output[:300]
+
+
+@pytest.mark.parametrize("name", [name for name, (_, mime) in HOSTILE_PAGES.items() if mime == "text/html"])
+def test_html_to_text_is_linear_on_hostile_markup(name: str) -> None:
+    """Ten times the markup costs about ten times as much (a quadratic parser: a hundred times)."""
+    body = HOSTILE_PAGES[name][0]
+    started = time.monotonic()
+    html_to_text(body)
+    small = time.monotonic() - started
+    started = time.monotonic()
+    html_to_text(body * 10)
+    large = time.monotonic() - started
+    assert large < max(1.0, 30 * small), f"{name}: {small:.3f} s, then {large:.3f} s for 10x the input"
+
+
+async def test_a_timed_out_fetch_stops_converting_the_page(page_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page is converted in a worker thread; when the fetch times out, that thread stops too."""
+    counter = Counting(web_module._Tokenizer._markup)  # 2 ms a tag: the page would take minutes
+    monkeypatch.setattr(web_module._Tokenizer, "_markup", lambda self, lt: counter(self, lt))
+    monkeypatch.setattr(web_module, "_CHECK_EVERY", 16)  # the cancel flag is read every 16 tags
+    tools = WebTools(allow_private=True)
+    with pytest.raises(ToolRetry, match="timed out"):
+        await tools.fetch(f"{page_server}/big-page", timeout=1.0)
+    assert counter.calls > 0  # the conversion had started
+    await asyncio.sleep(0.3)
+    stopped_at = counter.calls
+    await asyncio.sleep(0.5)
+    assert counter.calls - stopped_at <= 16, f"the worker thread went on after the timeout ({counter.calls} tags)"
+
+
+MARKUP = [
+    *("<", ">", "<a ", "<a href=", "<A", "</", "</a>", "<b/>", "/>", "<pre>", "<li>", "<script>", "</script"),
+    *("<!--", "-->", "<!", "<![", "]]>", "<?", '"', "'", "=", "&", "&amp;", "&#", ";", "x", " ", "\n", "\x00", "é"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from(MARKUP), max_size=300))
+def test_html_to_text_takes_any_markup(tokens: list[str]) -> None:
+    """Whatever a page holds, it converts: html.parser raised AssertionError on ``<![`` soups."""
+    assert isinstance(html_to_text("".join(tokens), base_url="https://example.org/"), str)

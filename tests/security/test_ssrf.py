@@ -585,6 +585,40 @@ async def test_a_blocked_address_blocks_names_resolving_to_it(secret: Server, ne
     assert secret.total == 0 and net.attempts == []
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    host=st.one_of(
+        ipv4_spellings(ipaddress.IPv4Address("127.0.0.1")),
+        ipv6_spellings(ipaddress.IPv6Address("::ffff:127.0.0.1")),
+        ipv6_spellings(ipaddress.IPv6Address("64:ff9b::127.0.0.1")),
+    ),
+    entry=st.sampled_from(["127.*", "127.0.0.*", "127.?.0.1", "１２７.*"]),
+)
+async def test_a_blocked_address_glob_blocks_every_spelling(host: str, entry: str, secret: Server, net: Net) -> None:
+    """A glob over IPv4 addresses also covers the IPv6 forms embedding them, in URLs and in DNS answers."""
+    resolver = MapResolver({"alias.example": [["::ffff:127.0.0.1"]]})
+    tools = WebTools(allow_private=True, blocked_hosts=[entry], resolver=resolver)
+    for url in (f"http://{host}:{secret.port}/", f"http://alias.example:{secret.port}/"):
+        with pytest.raises(ToolRetry, match="blocked"):
+            await tools.fetch(url)
+    assert "blocked" in (tools.refusal(f"http://{host}/") or ""), host
+    assert secret.total == 0 and net.attempts == []
+
+
+@pytest.mark.parametrize("entry", ["[::1]", "[0:0:0:0:0:0:0:1]", " [::1] ", "::1"])
+async def test_a_bracketed_ipv6_entry_is_an_address_not_a_glob(entry: str, secret: Server, net: Net) -> None:
+    """``[::1]`` in a host list is the address ::1 (not the fnmatch class of ':' and '1')."""
+    tools = WebTools(allow_private=True, blocked_hosts=[entry])
+    assert tools.blocked_hosts == ("::1",)
+    for host in ("[::1]", "[0::1]", "[0:0:0:0:0:0:0:1]"):
+        with pytest.raises(ToolRetry, match="blocked"):
+            await tools.fetch(f"http://{host}:{secret.port}/")
+    assert secret.total == 0 and net.attempts == []
+    allowed = WebTools(allow_private=True, allowed_hosts=[entry])
+    assert allowed.refusal(f"http://[::1]:{secret.port}/") is None
+    assert allowed.refusal(f"http://127.0.0.1:{secret.port}/") is not None
+
+
 def test_blocked_and_allowed_hosts_compare_normalised_names() -> None:
     blocked = WebTools(blocked_hosts=["ＥＸＡＭＰＬＥ。org", "bücher.example"])
     assert blocked.blocked_hosts == ("example.org", "xn--bcher-kva.example")

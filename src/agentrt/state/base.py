@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, overload, runtime_checkable
 
 from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError
 from agentrt.message import Msg
@@ -19,6 +19,7 @@ from agentrt.state.session import LEGACY_AGENT, STATE_FIELDS, AgentState, Sessio
 
 __all__ = [
     "LEGACY_AGENT",
+    "MAX_REVISION",
     "STATE_FIELDS",
     "AgentState",
     "AgentStateStore",
@@ -41,8 +42,8 @@ class AgentStateStore(Protocol):
     `agent` is the agent's `state_key` (its name by default), so two agents on one store never
     share a session; ``""`` is the legacy namespace (sessions written before sessions had an agent,
     and writes that name none). Writes are optimistic: `append` and `save` take the revision the
-    writer last saw (an ``int >= 0``; anything else raises `InvalidTypeError` / `InvalidValueError`
-    before anything is written) and raise `StateConflictError` if the stored revision differs. A
+    writer last saw (an ``int`` from 0 below `MAX_REVISION`; anything else raises `InvalidTypeError` /
+    `InvalidValueError` before anything is written) and raise `StateConflictError` if the stored revision differs. A
     session that does not exist has revision 0. Implement this protocol (or subclass
     `BaseStateStore`) and run `agentrt.testing.check_state_store` against your backend.
     """
@@ -114,7 +115,7 @@ class BaseStateStore(abc.ABC):
         SQL, Redis); this generic version loads everything and slices. A `since_index` past the end
         gives no messages and ``offset == message_count``.
         """
-        check_since_index(since_index)
+        since_index = check_since_index(since_index)
         state = await self.load(user_id, session_id, agent=agent)
         if state is None:
             return None
@@ -298,8 +299,15 @@ def check_agent(agent: object) -> str:
     return agent
 
 
+MAX_REVISION = 2**63 - 1
+"""Largest revision (and message index) a store holds: a signed 64-bit integer, like SQL's BIGINT."""
+
+
 def check_since_index(value: object) -> int:
-    """`value` if it is an int >= 0 (the `since_index` of `load_view`), else a typed error.
+    """`value` as a plain int if it is an int >= 0 (the `since_index` of `load_view`), else a typed error.
+
+    An index past `MAX_REVISION` is past the end of every session: it is capped there, so each
+    store (and database driver) gets an integer it can hold and answers the same way.
 
     Raises:
         InvalidTypeError: `value` is not an int (bools are refused too).
@@ -309,15 +317,25 @@ def check_since_index(value: object) -> int:
         raise InvalidTypeError(f"since_index must be an int >= 0, not {value!r}")
     if value < 0:
         raise InvalidValueError(f"since_index must be >= 0, not {value}")
-    return value
+    return min(int(value), MAX_REVISION)  # int(): an IntEnum is sent to a database as a number
+
+
+@overload
+def check_expected_revision(value: object) -> int: ...
+@overload
+def check_expected_revision(value: object, *, optional: bool) -> int | None: ...
 
 
 def check_expected_revision(value: object, *, optional: bool = False) -> int | None:
-    """`value` if it is an int >= 0 (or None when `optional`), else a typed error: checked before any write.
+    """`value` as a plain int if it is an int >= 0 (or None when `optional`), else a typed error.
+
+    Checked before any write, with the same answer from every store: a value no write can start
+    from (negative, or `MAX_REVISION` and above: the write's revision would not fit in 64 bits) is
+    refused, not sent to a database driver to overflow in.
 
     Raises:
         InvalidTypeError: `value` is not an int (bools are refused too), or None where not `optional`.
-        InvalidValueError: `value` is negative.
+        InvalidValueError: `value` is negative, or `MAX_REVISION` or more.
     """
     if value is None and optional:
         return None
@@ -326,7 +344,9 @@ def check_expected_revision(value: object, *, optional: bool = False) -> int | N
         raise InvalidTypeError(f"expected_revision must be {wanted}, not {value!r}")
     if value < 0:
         raise InvalidValueError(f"expected_revision must be >= 0, not {value}")
-    return value
+    if value >= MAX_REVISION:
+        raise InvalidValueError(f"expected_revision must be below 2**63 - 1 (revisions are 64-bit), not {value}")
+    return int(value)  # an IntEnum would reach Redis as its repr
 
 
 def legacy_target(agent: str, session_id: str, *, all_unprefixed: bool = False) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from agentrt.message import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from agentrt.state.base import AgentState, AgentStateStore
+from agentrt.state.base import MAX_REVISION, AgentState, AgentStateStore
 from agentrt.state.pending import Pending, PendingCall
 
 __all__ = ["check_state_store"]
@@ -292,7 +293,9 @@ async def _check_views(store: Any, factory: StoreFactory, persistent: bool, user
     full = await store.load(user, "v", agent="va")
     assert full is not None and full.messages == msgs
     assert await store.load_view(user, "v") is None, "load_view must not see another agent's session"
-    for since, offset in ((0, 0), (3, 3), (5, 5), (99, 5)):
+    # every int is an int (an IntEnum too); an index past any 64-bit one is just past the end
+    edges = ((_Index.THREE, 3), (MAX_REVISION, 5), (MAX_REVISION + 1, 5), (10**30, 5))
+    for since, offset in ((0, 0), (3, 3), (5, 5), (99, 5), *edges):
         view = await store.load_view(user, "v", agent="va", since_index=since)
         assert view is not None, "load_view of an existing session must return it"
         assert view.offset == offset, f"load_view(since_index={since}) must start at {offset}, not {view.offset}"
@@ -340,18 +343,43 @@ async def _check_views(store: Any, factory: StoreFactory, persistent: bool, user
     await store.delete(user, "v", agent="va")
 
 
+class _Index(enum.IntEnum):
+    ZERO = 0
+    ONE = 1
+    THREE = 3
+
+
 async def _check_revision_types(store: AgentStateStore, user: str) -> None:
-    """expected_revision is an int >= 0 (None too for save), refused with a typed error before any write."""
+    """expected_revision is an int >= 0 (None too for save), refused with a typed error before any write.
+
+    Values no write can start from (`MAX_REVISION`, the 64-bit limit of SQL's BIGINT, and above) are
+    refused the same way by every store, never passed to a database driver to overflow in; the
+    largest valid one is a conflict like any other wrong revision; an IntEnum counts as its int.
+    """
     for bad in (None, "0", 0.0, True, False, b"0"):
         await _expect(
             InvalidTypeError,
             store.append(user, "typed", [Msg.user("x")], expected_revision=bad),  # type: ignore[arg-type]
             f"append with expected_revision={bad!r}",
         )
-    await _expect(
-        InvalidValueError,
-        store.append(user, "typed", [Msg.user("x")], expected_revision=-1),
-        "append with a negative expected_revision",
+    for bad_value in (-1, MAX_REVISION, MAX_REVISION + 1, 10**30):
+        await _expect(
+            InvalidValueError,
+            store.append(user, "typed", [Msg.user("x")], expected_revision=bad_value),
+            f"append with expected_revision={bad_value}",
+        )
+        await _expect(
+            InvalidValueError,
+            store.save(AgentState(user_id=user, session_id="typed"), expected_revision=bad_value),
+            f"save with expected_revision={bad_value}",
+        )
+    largest = MAX_REVISION - 1
+    await _expect_conflict(
+        store.append(user, "typed", [Msg.user("x")], expected_revision=largest), "append at the largest revision"
+    )
+    await _expect_conflict(
+        store.save(AgentState(user_id=user, session_id="typed"), expected_revision=largest),
+        "save at the largest revision",
     )
     for bad in ("1", 1.0, True):
         await _expect(
@@ -360,17 +388,18 @@ async def _check_revision_types(store: AgentStateStore, user: str) -> None:
             f"save with expected_revision={bad!r}",
         )
     await _expect(
-        InvalidValueError,
-        store.save(AgentState(user_id=user, session_id="typed"), expected_revision=-1),
-        "save with a negative expected_revision",
-    )
-    await _expect(
         InvalidTypeError,
         store.append(user, "typed", [Msg.user("x")], expected_revision=0, agent=None),  # type: ignore[arg-type]
         "append with agent=None",
     )
     assert await store.load(user, "typed") is None, "a refused write must write nothing"
     assert await store.list_sessions(user) == [], "a refused write must leave no session behind"
+    rev = await store.append(user, "enum", [Msg.user("x")], expected_revision=_Index.ZERO)
+    assert rev == 1, "expected_revision=IntEnum(0) must create the session like 0"
+    assert await store.append(user, "enum", [Msg.user("y")], expected_revision=_Index.ONE) == 2
+    assert await store.save(AgentState(user_id=user, session_id="enum2"), expected_revision=_Index.ZERO) == 1
+    await store.delete(user, "enum")
+    await store.delete(user, "enum2")
 
 
 async def _check_agents(store: AgentStateStore, user: str) -> None:

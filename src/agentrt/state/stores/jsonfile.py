@@ -174,7 +174,7 @@ class JsonFileStateStore(BaseStateStore):
         agent: str = "",
     ) -> int:
         """Append lines to the session's JSONL file, then replace its state file."""
-        check_expected_revision(expected_revision)
+        expected_revision = check_expected_revision(expected_revision)
         await self._ready()
         folder = self.session_path(user_id, session_id, agent=agent)
         # Encoded here, on the caller's thread: the write stores the values as they are now.
@@ -188,7 +188,7 @@ class JsonFileStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Write the whole conversation to a new messages file, then switch the state file to it."""
-        check_expected_revision(expected_revision, optional=True)
+        expected_revision = check_expected_revision(expected_revision, optional=True)
         await self._ready()
         folder = self.session_path(state.user_id, state.session_id, agent=state.agent)
         doc = encode_state(state, include_messages=False)

@@ -44,7 +44,7 @@ class InMemoryStateStore(BaseStateStore):
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:
         """The stored state with the messages from `since_index` on (copies only those), or None."""
-        check_since_index(since_index)
+        since_index = check_since_index(since_index)
         stored = self._sessions.get((check_agent(agent), user_id, session_id))
         if stored is None:
             return None
@@ -62,7 +62,7 @@ class InMemoryStateStore(BaseStateStore):
         agent: str = "",
     ) -> int:
         """Append messages and set fields if `expected_revision` is current."""
-        check_expected_revision(expected_revision)
+        expected_revision = check_expected_revision(expected_revision)
         key = (check_agent(agent), user_id, session_id)
         if fields:
             unknown = [name for name in fields if name not in STATE_FIELDS]
@@ -86,7 +86,7 @@ class InMemoryStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the session's state."""
-        check_expected_revision(expected_revision, optional=True)
+        expected_revision = check_expected_revision(expected_revision, optional=True)
         key = (check_agent(state.agent), state.user_id, state.session_id)
         stored = self._sessions.get(key)
         current = 0 if stored is None else stored.revision

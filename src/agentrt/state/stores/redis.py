@@ -467,7 +467,7 @@ class RedisStateStore(BaseStateStore):
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:
         """The session with the messages from `since_index` on (``LRANGE`` from it), or None."""
-        check_since_index(since_index)
+        since_index = check_since_index(since_index)
         keys = self._keys(agent, user_id, session_id)
         client = await self._conn()
         with self._redis_errors():
@@ -526,7 +526,7 @@ class RedisStateStore(BaseStateStore):
         agent: str = "",
     ) -> int:
         """Append messages and set changed fields if `expected_revision` is current (one round trip)."""
-        check_expected_revision(expected_revision)
+        expected_revision = check_expected_revision(expected_revision)
         check_agent(agent)
         now = repr(time.time())
         init = self._header(agent, user_id, session_id, created_at=now)
@@ -547,7 +547,7 @@ class RedisStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the whole session (messages and fields) atomically."""
-        check_expected_revision(expected_revision, optional=True)
+        expected_revision = check_expected_revision(expected_revision, optional=True)
         check_agent(state.agent)
         now = repr(time.time())
         created = repr(float(state.created_at)) if state.created_at else now

@@ -325,7 +325,7 @@ class SqlStateStore(BaseStateStore):
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:
         """The session with the messages from `since_index` on (``WHERE seq >= ?``), or None."""
-        check_since_index(since_index)
+        since_index = check_since_index(since_index)
         ak, _ = _agent_key(agent)
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
@@ -364,7 +364,7 @@ class SqlStateStore(BaseStateStore):
         agent: str = "",
     ) -> int:
         """Append messages and set changed fields if `expected_revision` is current; returns the new revision."""
-        check_expected_revision(expected_revision)
+        expected_revision = check_expected_revision(expected_revision)
         ak, afull = _agent_key(agent)
         uk, ufull = _key(user_id, "user_id")
         sk, sfull = _key(session_id, "session_id")
@@ -383,7 +383,7 @@ class SqlStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the whole state (messages too); returns the new revision."""
-        check_expected_revision(expected_revision, optional=True)
+        expected_revision = check_expected_revision(expected_revision, optional=True)
         ak, afull = _agent_key(state.agent)
         uk, ufull = _key(state.user_id, "user_id")
         sk, sfull = _key(state.session_id, "session_id")

@@ -202,7 +202,7 @@ class SqliteStateStore(BaseStateStore):
         agent: str = "",
     ) -> int:
         """Insert the new messages and merge changed fields if `expected_revision` is current."""
-        check_expected_revision(expected_revision)
+        expected_revision = check_expected_revision(expected_revision)
         check_agent(agent)
         # Encoded here, on the caller's thread: the write stores the values as they are now.
         bodies = _encode_messages(messages)
@@ -211,7 +211,7 @@ class SqliteStateStore(BaseStateStore):
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the session's state and messages."""
-        check_expected_revision(expected_revision, optional=True)
+        expected_revision = check_expected_revision(expected_revision, optional=True)
         check_agent(state.agent)
         doc = encode_state(state, include_messages=False)
         bodies = _encode_messages(state.messages)

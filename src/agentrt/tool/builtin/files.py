@@ -721,22 +721,24 @@ def _compile_regex(pattern: str, ignore_case: bool) -> _Regex:
     """Compile a model-supplied pattern with RE2; `ToolRetry` says what is wrong or unsupported."""
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ToolRetry(f"The pattern is longer than {MAX_PATTERN_CHARS} characters.")
+    if any("\ud800" <= c <= "\udfff" for c in pattern):  # JSON can carry them; UTF-8 (and RE2) cannot
+        raise ToolRetry(f"The pattern {pattern!r} is not valid Unicode (it has a lone surrogate such as \\ud800).")
     re2 = _re2()
     options = re2.Options()
     options.log_errors = False  # errors go to the model, not to stderr
     options.never_capture = True  # only "does the line match": lets RE2 use its fastest engines
     options.case_sensitive = not ignore_case
     translated, unsupported = _scan_pattern(pattern)
+    if unsupported:  # refused even where RE2 would accept the text with another meaning
+        raise ToolRetry(
+            f"The pattern {pattern!r} uses {'; '.join(unsupported)}, which grep_files does not support: it "
+            "matches with RE2, a linear-time engine without backtracking (so no pattern can hang the "
+            "search). Rewrite the pattern without them, e.g. search for a simpler pattern and check the "
+            "matching lines."
+        )
     try:
         compiled = re2.compile(translated, options)
     except re2.error as exc:
-        if unsupported:
-            raise ToolRetry(
-                f"The pattern {pattern!r} uses {'; '.join(unsupported)}, which grep_files does not support: it "
-                "matches with RE2, a linear-time engine without backtracking (so no pattern can hang the "
-                "search). Rewrite the pattern without them, e.g. search for a simpler pattern and check the "
-                "matching lines."
-            ) from None
         reason = _re2_error_text(exc)
         hint = ""
         if "repetition size" in reason:
@@ -774,6 +776,20 @@ _UNSUPPORTED_GROUPS = (
     ("(?#", "comments ((?#...))"),
 )
 _INLINE_FLAGS = re.compile(r"\(\?([a-zA-Z]+)[:)]")
+_ESCAPED_DIGITS = re.compile(r"[0-9]{1,3}")
+_OCTAL_ESCAPE = re.compile(r"[0-7]{3}")  # \123: an octal character code for Python and RE2 alike
+
+
+def _backreference(pattern: str, start: int) -> str | None:
+    r"""The group number of a backreference whose digits start at `start` (after a backslash), or None.
+
+    Python reads ``\1`` to ``\99`` as group references and three octal digits (``\101``) as a
+    character; RE2 has no references and reads ``\10`` as octal, so those are refused, not searched.
+    """
+    digits = _ESCAPED_DIGITS.match(pattern, start)
+    if digits is None or digits.group().startswith("0") or _OCTAL_ESCAPE.fullmatch(digits.group()):
+        return None
+    return digits.group()
 
 
 def _scan_pattern(pattern: str) -> tuple[str, list[str]]:
@@ -791,8 +807,9 @@ def _scan_pattern(pattern: str) -> tuple[str, list[str]]:
         c = pattern[i]
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
-            if not in_class and nxt in "123456789" and nxt:
-                note(f"backreferences (\\{nxt})")
+            reference = None if in_class else _backreference(pattern, i + 1)
+            if reference is not None:
+                note(f"backreferences (\\{reference})")
             out.append("\\z" if nxt == "Z" and not in_class else c + nxt)
             i += 2
             continue

@@ -28,9 +28,10 @@
 - ``allowed_hosts`` (only these hosts and their subdomains; ``*`` globs allowed) and ``blocked_hosts``
   (never these) are normalised like URL hosts and compared on normalised names: a blocked
   ``localhost`` also blocks its fullwidth and upper-case spellings and ``localhost.``; an allowed
-  ``example.org`` is not satisfied by a look-alike that normalises elsewhere. An IP entry matches
-  every spelling of its address; a blocked one also IPv6 forms embedding it, and the addresses
-  host names resolve to (checked at connect time).
+  ``example.org`` is not satisfied by a look-alike that normalises elsewhere. An IP entry (IPv6
+  bracketed or not) matches every spelling of its address, and a glob over addresses (``10.*``)
+  every address it covers; a blocked one also IPv6 forms embedding it, and the addresses host
+  names resolve to (checked at connect time).
 - The same check runs in ``check_permission``, so the permission engine denies a refused URL before
   the call runs (in every mode), and again on every redirect hop.
 - Redirects: at most ``max_redirects`` hops. Limits: ``max_bytes`` of (decompressed) body, enforced
@@ -38,7 +39,9 @@
   more up to the tool's ``max_bytes_limit`` and ``max_timeout``.
 - Content: HTML becomes readable text (scripts, styles and markup dropped; headings, list items and
   links kept as ``[text](url)``), JSON is pretty-printed, other text is returned as is, and other
-  types get a one-line description instead of their bytes.
+  types get a one-line description instead of their bytes. A page is untrusted input: it is
+  converted in a worker thread (never on the event loop), in time linear in its size whatever the
+  markup, and the conversion stops when the fetch times out.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ import ipaddress
 import json
 import re
 import socket
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from html import unescape
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 from urllib.parse import urljoin
 
@@ -401,7 +405,8 @@ def _parse_ipv4(text: str) -> ipaddress.IPv4Address | None:
 def _pattern(entry: str, what: str) -> _Pattern:
     """Normalise a host-list entry like a URL host (globs: label by label); `UserError` if it is not one."""
     text = entry.strip()
-    if any(c in _GLOB_CHARS for c in text):
+    ipv6_literal = text.startswith("[") and text.endswith("]") and ":" in text  # "[::1]" is no glob class
+    if not ipv6_literal and any(c in _GLOB_CHARS for c in text):
         idna = _idna()
         try:
             mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
@@ -423,9 +428,14 @@ def _pattern(entry: str, what: str) -> _Pattern:
 
 
 def _matches(host: _Host, pattern: _Pattern, *, embedded: bool) -> bool:
-    """Whether `host` is `pattern`, a subdomain of it, or (IPs) the same address, `embedded` forms too."""
+    """Whether `host` is `pattern`, a subdomain of it, or (IPs) the same address, `embedded` forms too.
+
+    A glob is matched against the name, and for an IP against every address it stands for: a
+    blocked ``10.*`` also blocks ``[::ffff:10.0.0.1]`` (and, `embedded`, ``[64:ff9b::a00:1]``).
+    """
     if pattern.host is None:
-        return fnmatch.fnmatchcase(host.name, pattern.text)
+        names = {host.name} if host.ip is None else {host.name, *(a.compressed for a in _aliases(host.ip, embedded))}
+        return any(fnmatch.fnmatchcase(name, pattern.text) for name in names)
     if pattern.host.ip is not None:
         return host.ip is not None and bool(_aliases(host.ip, embedded) & _aliases(pattern.host.ip, False))
     return host.ip is None and (host.name == pattern.text or host.name.endswith("." + pattern.text))
@@ -696,22 +706,34 @@ async def _render(resp: aiohttp.ClientResponse, max_bytes: int) -> str:
             truncated = True
             break
         body += chunk
-    charset = resp.charset or "utf-8"
-    try:
-        text = bytes(body).decode(charset, errors="replace")
-    except LookupError:
-        text = bytes(body).decode("utf-8", errors="replace")
-    if mime in ("text/html", "application/xhtml+xml") or (mime == "" and "<html" in text[:2000].lower()):
-        text = html_to_text(text, base_url=str(resp.url))
-    elif (mime == "application/json" or mime.endswith("+json")) and not truncated:
-        try:
-            text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-        except ValueError:
-            pass
+    cancelled = threading.Event()
+    try:  # megabytes of markup take seconds of Python: never on the event loop
+        text = await asyncio.to_thread(
+            _body_text, bytes(body), resp.charset or "utf-8", mime, truncated, str(resp.url), cancelled
+        )
+    except asyncio.CancelledError:  # the fetch timed out or was interrupted: the worker stops early
+        cancelled.set()
+        raise
     header.append(f"Content-Type: {mime or 'unknown'}")
     if truncated:
         header.append(f"[body cut at {max_bytes} bytes" + (f" of {length}]" if length is not None else "]"))
     return "\n".join(header) + "\n\n" + text
+
+
+def _body_text(body: bytes, charset: str, mime: str, truncated: bool, url: str, cancelled: threading.Event) -> str:
+    """The text shown for a body: HTML converted, JSON pretty-printed, other text as is (in a worker thread)."""
+    try:
+        text = body.decode(charset, errors="replace")
+    except LookupError:
+        text = body.decode("utf-8", errors="replace")
+    if mime in ("text/html", "application/xhtml+xml") or (mime == "" and "<html" in text[:2000].lower()):
+        return _html_text(text, url, cancelled)
+    if (mime == "application/json" or mime.endswith("+json")) and not truncated:
+        try:
+            return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to re-indent: shown as sent
+            pass
+    return text
 
 
 _SKIP_TAGS = frozenset({"script", "style", "noscript", "template", "svg", "iframe", "object", "canvas"})
@@ -753,9 +775,10 @@ _PROTECT = str.maketrans({" ": "\ue000", "\n": "\ue001", "\t": "\ue002"})
 _RESTORE = str.maketrans({"\ue000": " ", "\ue001": "\n", "\ue002": "\t"})
 
 
-class _TextExtractor(HTMLParser):
+class _TextExtractor:
+    """Builds the readable text from the tags and text `_Tokenizer` reports."""
+
     def __init__(self, base_url: str) -> None:
-        super().__init__(convert_charrefs=True)
         self.base_url = base_url
         self.out: list[str] = []
         self.skip = 0
@@ -784,6 +807,8 @@ class _TextExtractor(HTMLParser):
         elif tag in ("td", "th"):
             self.out.append(" | ")
         elif tag == "a":
+            while self.links:  # links do not nest (as in browsers): a new one closes the open one
+                self._close_link()
             href = dict(attrs).get("href")
             self.links.append((href, len(self.out)))
         elif tag == "img":
@@ -811,12 +836,15 @@ class _TextExtractor(HTMLParser):
         if tag in _BLOCK_TAGS or tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
             self.out.append("\n")
         elif tag == "a" and self.links:
-            href, start = self.links.pop()
-            text = "".join(self.out[start:]).strip()
-            target = _link_target(self.base_url, href)
-            if target and text:
-                del self.out[start:]
-                self.out.append(f"[{' '.join(text.split())}]({target})")
+            self._close_link()
+
+    def _close_link(self) -> None:
+        href, start = self.links.pop()
+        text = "".join(self.out[start:]).strip()
+        target = _link_target(self.base_url, href)
+        if target and text:
+            del self.out[start:]
+            self.out.append(f"[{' '.join(text.split())}]({target})")
 
     def handle_data(self, data: str) -> None:
         if self.in_title:
@@ -860,6 +888,9 @@ def _link_target(base: str, href: str | None) -> str | None:
 def html_to_text(html: str, base_url: str = "") -> str:
     """Readable text from HTML: scripts, styles and tags dropped; headings, lists and links kept.
 
+    Linear in the size of `html`, whatever the markup (`html.parser` is quadratic on some malformed
+    input, such as many unclosed ``<a `` tags, and a fetched page is untrusted).
+
     Args:
         html: The document.
         base_url: Where it came from (relative links are made absolute against it).
@@ -867,7 +898,103 @@ def html_to_text(html: str, base_url: str = "") -> str:
     Returns:
         The text, with a ``Title:`` line first when the document has a title.
     """
-    parser = _TextExtractor(base_url)
-    parser.feed(html)
-    parser.close()
-    return parser.text()
+    return _html_text(html, base_url, None)
+
+
+def _html_text(html: str, base_url: str, cancelled: threading.Event | None) -> str:
+    sink = _TextExtractor(base_url)
+    _Tokenizer(html, sink, cancelled).run()
+    return sink.text()
+
+
+_TAG_NAME = re.compile(r"[a-zA-Z][^\s/<>]*")
+_ATTRIBUTE = re.compile(r"""([^\s"'<>/=]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)))?""")
+_RAW_TEXT_END = {name: re.compile(f"</{name}", re.IGNORECASE | re.ASCII) for name in ("script", "style")}
+_CHECK_EVERY = 1024
+
+
+class _Tokenizer:
+    """A forgiving HTML tokenizer that reads the document once, reporting tags and text to a `_TextExtractor`.
+
+    Every search moves forward (the next ``>`` is remembered), so a document of unclosed tags,
+    comments or quotes costs no more than a well-formed one. A tag ends at the next ``>`` (a ``>``
+    inside a quoted attribute value ends it early); markup that never ends is dropped. `cancelled`
+    is checked as it goes, so a fetch that timed out stops its worker thread.
+    """
+
+    def __init__(self, html: str, sink: _TextExtractor, cancelled: threading.Event | None) -> None:
+        self.html = html
+        self.sink = sink
+        self.cancelled = cancelled
+        self.pending: list[str] = []  # text since the last tag, unescaped as one piece (like convert_charrefs)
+        self._gt = -2  # the next ">" at or after the last search (-1: none left, -2: not searched yet)
+
+    def run(self) -> None:
+        html, i, steps = self.html, 0, 0
+        while i < len(html):
+            steps += 1
+            if steps % _CHECK_EVERY == 0 and self.cancelled is not None and self.cancelled.is_set():
+                return
+            lt = html.find("<", i)
+            if lt < 0:
+                self.pending.append(html[i:])
+                break
+            self.pending.append(html[i:lt])
+            i = self._markup(lt)
+        self._flush()
+
+    def _next_gt(self, start: int) -> int:
+        if self._gt == -2 or 0 <= self._gt < start:
+            self._gt = self.html.find(">", start)
+        return self._gt
+
+    def _flush(self) -> None:
+        if self.pending:
+            text = unescape("".join(self.pending))
+            self.pending.clear()
+            if text:
+                self.sink.handle_data(text)
+
+    def _markup(self, lt: int) -> int:
+        """Handle the markup starting with the ``<`` at `lt`; where to go on."""
+        html = self.html
+        after = html[lt + 1 : lt + 2]
+        if html.startswith("<!--", lt):
+            end = html.find("-->", lt + 4)
+            return len(html) if end < 0 else end + 3
+        closing = after == "/"
+        named = _TAG_NAME.match(html, lt + 2 if closing else lt + 1)
+        if named is None and after not in ("!", "?", "/"):
+            self.pending.append("<")  # a lone "<" is text
+            return lt + 1
+        gt = self._next_gt(lt)
+        if gt < 0:  # no tag ends anywhere after this one: the rest is unfinished markup
+            return len(html)
+        if named is None:  # <!doctype ...>, <?xml ...?>, </ ...>: nothing to show
+            return gt + 1
+        self._flush()
+        name = named.group().lower()
+        if closing:
+            self.sink.handle_endtag(name)
+            return gt + 1
+        return self._start_tag(name, html[named.end() : gt], gt + 1)
+
+    def _start_tag(self, name: str, rest: str, after: int) -> int:
+        attrs = [
+            (m.group(1).lower(), None if m.lastindex == 1 else unescape(m.group(m.lastindex or 1)))
+            for m in _ATTRIBUTE.finditer(rest)
+        ]
+        if rest.rstrip().endswith("/"):
+            self.sink.handle_startendtag(name, attrs)
+            return after
+        self.sink.handle_starttag(name, attrs)
+        end_pattern = _RAW_TEXT_END.get(name)
+        if end_pattern is None:
+            return after
+        end = end_pattern.search(self.html, after)  # script and style: raw text up to their end tag
+        self.sink.handle_data(self.html[after : len(self.html) if end is None else end.start()])
+        self.sink.handle_endtag(name)
+        if end is None:
+            return len(self.html)
+        gt = self._next_gt(end.end())
+        return len(self.html) if gt < 0 else gt + 1
