@@ -45,10 +45,12 @@ async def test_deny_with_reason_and_edit_arguments(client: httpx.AsyncClient) ->
         headers=ALICE,
     )
     assert "[denied]" in r.json()["message"]["content"][0]["text"]
-    await pause(client)
+    # The scripted model reuses its call id: the new call gets one of its own, so a stale answer can't approve it.
+    [again] = (await pause(client))["metadata"]["pending_tool_calls"]
+    assert again["id"] != "call-danger"
     r = await client.post(
         f"{S}/s1/confirm",
-        json={"results": [{"tool_call_id": "call-danger", "confirmed": True, "input": {"target": "a-copy"}}]},
+        json={"results": [{"tool_call_id": again["id"], "confirmed": True, "input": {"target": "a-copy"}}]},
         headers=ALICE,
     )
     assert "did a-copy" in r.json()["message"]["content"][0]["text"]

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 from agentrt import events as ev
 from agentrt.agent import _plan, _turns
 from agentrt.agent._run import Run
-from agentrt.errors import NotPendingError, ToolSuspended, UserError
+from agentrt.errors import (
+    AgentrtError,
+    InvalidAnswerError,
+    NotPendingError,
+    StateConflictError,
+    ToolSuspended,
+    UserError,
+)
 from agentrt.message import (
     META_CONFIRM_RESULTS,
     META_GENERATE_REASON,
@@ -190,22 +197,46 @@ async def _settle(
     step_content: Sequence[ContentBlock] | None,
     assistant_id: str,
     notes: Sequence[Msg] = (),
+    *,
+    answering: bool = False,
 ) -> Msg | None:
-    """Record a turn's results; keep what still waits (with `notes` held back until the turn is complete)."""
+    """Record a turn's results; keep what still waits (with `notes` held back until the turn is complete).
+
+    `answering`: the results answer pending calls, so the write is never merged over another writer's
+    (see `_checkpoint_answers`).
+    """
     if results:
         run.add_messages(Msg(role="user", content=list(results)))
     _turns.without_in_flight(run)
     if pending:
         entry = Pending(reply_id=run.reply_id, assistant_id=assistant_id, calls=tuple(pending), notes=tuple(notes))
         run.set_field("pending", entry)
-        await run.checkpoint()
+        await (_checkpoint_answers(run, results) if answering else run.checkpoint())
         return _pause(agent, run, pending, step_content)
     if run.state.pending is not None:
         run.set_field("pending", None)
     if notes:  # text sent along with the answers joins the history after the turn's results
         run.add_messages(*notes)
-    await run.checkpoint()
+    await (_checkpoint_answers(run, results) if answering else run.checkpoint())
     return None
+
+
+async def _checkpoint_answers(run: Run, results: Sequence[ToolResultBlock]) -> None:
+    """Store the results of answered calls and what still waits, only on the revision this call read.
+
+    Merging after another writer (a process sharing a store without distributed locks) would put
+    this call's stale `pending` back over theirs, so a call answered there could be approved and run
+    again, and give a call two results. Refused instead: the session keeps the other writer's word.
+    """
+    try:
+        await run.checkpoint(merge=False)
+    except StateConflictError:
+        ids = ", ".join(repr(r.id) for r in results) or "none"
+        raise StateConflictError(
+            f"session {run.session_id!r} was changed by another writer while its answered tool calls ran; their "
+            f"results ({ids}) were not stored, and none of them runs again (the session records them as "
+            "interrupted)"
+        ) from None
 
 
 def _pause(agent: ReActAgent, run: Run, pending: list[PendingCall], step_content: Sequence[ContentBlock] | None) -> Msg:
@@ -340,19 +371,53 @@ def _accepted_rules(
     return accepted
 
 
-def _check_arguments(tool: Any, call: ToolUseBlock) -> None:
-    """Edited arguments must be valid for the tool: a typo is the caller's to fix (nothing is spent)."""
-    schema = getattr(tool, "_schema", None)
-    try:
-        if schema is not None:
-            schema.validate(call.input)
-        else:
-            import jsonschema
+def _check_edit(tool: Any, entry: PendingCall, answer: ConfirmResult) -> ToolUseBlock:
+    """The call as the user edited it, refused (spending nothing) unless it is valid for the tool as sent.
 
-            jsonschema.validate(dict(call.input), tool.parameters)
+    The edit is checked strictly against the schema the model sees (no unknown keys, no type
+    coercion such as ``"3"`` or ``true`` for an integer), then by the tool's own validation, so the
+    permission engine decides on exactly the values the tool will get.
+    """
+    edited = answer.tool_call
+    assert isinstance(edited, ToolUseBlock)
+    if edited.name and edited.name != entry.name:
+        raise _bad_edit(entry, f"it names tool {edited.name!r}; an approval can change the arguments, not the tool")
+    call = ToolUseBlock(id=entry.id, name=entry.name, input=dict(edited.input))
+    if tool is None or call.input == dict(entry.input):
+        return call  # not an edit: the call runs as the model asked (the executor reports bad arguments)
+    unknown = _unknown_keys(tool.parameters, call.input)
+    if unknown:
+        raise _bad_edit(entry, f"unknown argument(s) {', '.join(repr(k) for k in unknown)}")
+    import jsonschema
+
+    try:
+        jsonschema.validate(dict(call.input), tool.parameters)
+        schema = getattr(tool, "_schema", None)
+        if schema is not None:
+            schema.validate(dict(call.input))
     except Exception as exc:
-        detail = getattr(exc, "message", None) or str(exc)
-        raise UserError(f"the edited arguments of tool call {call.id!r} ({call.name}) are invalid: {detail}") from None
+        raise _bad_edit(entry, getattr(exc, "message", None) or str(exc)) from None
+    return call
+
+
+def _unknown_keys(parameters: Mapping[str, Any], args: Mapping[str, Any]) -> list[str]:
+    """Argument names the schema does not declare, unless it admits others explicitly.
+
+    JSON Schema allows undeclared keys by default, and many schemas (MCP servers') leave that
+    unsaid; an edit must not smuggle in an argument the model could not have sent as declared.
+    """
+    declared = parameters.get("properties")
+    if not isinstance(declared, Mapping) or parameters.get("additionalProperties") or "patternProperties" in parameters:
+        return []
+    return sorted(k for k in args if k not in declared)
+
+
+def _bad_edit(entry: PendingCall, detail: str) -> InvalidAnswerError:
+    return InvalidAnswerError(
+        f"the edited arguments of tool call {entry.id!r} ({entry.name}) are refused: {detail}",
+        question_id=entry.id,
+        problems=[{"field": "input", "message": detail}],
+    )
 
 
 _RUN, _DENY, _ASK = "run", "deny", "ask"
@@ -368,13 +433,10 @@ def _decide(
 ) -> _Plan:
     """What to do with an approved call: run it, deny it, or ask again (its arguments changed the question)."""
     call = _as_call(entry)
-    edited = answer.edited_input
-    effective = call if edited is None else ToolUseBlock(id=call.id, name=call.name, input=dict(edited))
     tool = executor.lookup(call.name)
+    effective = call if answer.edited_input is None else _check_edit(tool, entry, answer)
     if tool is None:
         return _RUN, effective, ""  # the executor reports the unknown tool to the model
-    if edited is not None:
-        _check_arguments(tool, effective)
     verdict = engine.check(tool, effective, run.ctx)
     if verdict.decision is Decision.DENY:
         return _DENY, effective, verdict.reason
@@ -413,7 +475,9 @@ async def resume(
     )
     for entry in entries:
         await turn.answer(entry)
-    return await _settle(agent, run, turn.results, turn.still, None, assistant_id, [*held, *answers.notes])
+    return await _settle(
+        agent, run, turn.results, turn.still, None, assistant_id, [*held, *answers.notes], answering=True
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -431,6 +495,7 @@ class _Answers:
 def _read_answers(agent: ReActAgent, run: Run, executor: ToolExecutor, entries: Sequence[PendingCall]) -> _Answers:
     """Collect, validate and decide the answers; raises (spending nothing) when one cannot be accepted."""
     confirms, externals, notes = _collect(run.input, entries)
+    _turns.check_input(notes)
     _validate(entries, confirms, externals)
     accepted = _accepted_rules(agent, executor, entries, confirms)
     engine = _engine(agent, run, accepted)
@@ -553,9 +618,17 @@ class _Resumption:
         await self._report(result)
 
     async def _spend(self, call_id: str) -> None:
-        """Spend the answer: this checkpoint takes the call out of `pending` and records it started."""
+        """Spend the answer: this checkpoint takes the call out of `pending` and records it started.
+
+        It is written only on the revision this call read: another writer (a process sharing a store
+        without distributed locks) may have spent the same approval meanwhile, so a conflict is never
+        merged; the call is not run and the caller learns why.
+        """
         _consume(self.run, self.state_pending, self.assistant_id, [*self.still, *self.waiting], [call_id], self.results)
-        await self.run.checkpoint()
+        try:
+            await self.run.checkpoint(merge=False)
+        except StateConflictError:
+            raise await _spend_refused(self.run, call_id) from None
 
     async def _report(self, result: ToolResultBlock) -> None:
         if self.on_result is not None:
@@ -573,7 +646,23 @@ def _consume(
 ) -> None:
     """Stage the checkpoint that spends approvals: `started` leave `pending` and are recorded in flight."""
     run.set_field("pending", dataclasses.replace(state_pending, assistant_id=assistant_id, calls=tuple(remaining)))
-    _turns.set_in_flight(run, assistant_id, started, results)
+    _turns.set_in_flight(run, assistant_id, started, results, approved=True)
+
+
+async def _spend_refused(run: Run, call_id: str) -> AgentrtError:
+    """Why an approval could not be spent: the stored session changed since this call read it."""
+    stored = await run.store.load(run.user_id, run.session_id, agent=run.agent_key)
+    waiting = {e.id for e in flatten_pending(stored.pending if stored is not None else None)}
+    if call_id not in waiting:
+        return NotPendingError(
+            f"tool call {call_id!r} no longer waits for an answer: another call on this session answered it "
+            "meanwhile (it was not run again)",
+            [call_id],
+        )
+    return StateConflictError(
+        f"session {run.session_id!r} changed while the answer to tool call {call_id!r} was applied; it was not "
+        "run: send the answer again"
+    )
 
 
 def _last_assistant_id(run: Run) -> str:
@@ -604,12 +693,13 @@ async def recover(
     """Results for `calls` of a turn a dead run left open, and the in-flight record dropped.
 
     What the dead run recorded is kept (a completed tool never runs twice). A call runs again only
-    if the loop recorded it as made by this session's model, its tool is idempotent and the
-    permission engine allows it outright (so a spent approval never runs a call twice); the rest
-    end as interrupted. Calls that came with a caller's input never run.
+    if the loop recorded it as made by this session's model, it was not started on a human's
+    approval (a spent approval never runs a call twice, and its arguments may have been edited),
+    its tool is idempotent and the permission engine allows it outright; the rest end as
+    interrupted. Calls that came with a caller's input never run.
     """
     recorded = _turns.recorded_results(run, assistant_id)
-    trusted = _turns.trusted_calls(run, assistant_id, calls)
+    trusted = _turns.trusted_calls(run, assistant_id, calls) - _turns.approved_calls(run, assistant_id)
     _turns.without_in_flight(run)
     engine = engine_for(agent, run)
     out: list[ToolResultBlock] = []

@@ -180,6 +180,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     resuming = run.state.pending is not None and bool(run.state.pending.calls)
     if not resuming:
         _refuse_stray_answers(run)
+        _turns.check_input(run.input)
         await _repair_dangling(agent, run, executor)
         if run.input:
             run.add_messages(*_turns.inert_input(run.input))
@@ -205,8 +206,7 @@ async def _save_on_cancel(run: Run) -> None:
 
 
 def _refuse_stray_answers(run: Run) -> None:
-    """Approvals or tool results sent to a session with nothing pending are a caller mistake."""
-    known: set[str] | None = None
+    """Approvals sent to a session with nothing pending are a caller mistake (results: `_turns.check_input`)."""
     for msg in run.input:
         if msg.metadata and META_CONFIRM_RESULTS in msg.metadata:
             raw = msg.metadata[META_CONFIRM_RESULTS]
@@ -216,19 +216,6 @@ def _refuse_stray_answers(run: Run) -> None:
                 "is waiting for approval in this session (already answered, ended as interrupted, or never asked)",
                 ids,
             )
-        results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
-        if results:
-            # A seeded history (tool calls followed by their results) is fine; orphan results are not.
-            if known is None:
-                known = {c.id for m in run.state.messages for c in m.tool_calls}
-            known.update(c.id for m in run.input for c in m.tool_calls)
-            orphans = [b.id for b in results if b.id not in known]
-            if orphans:
-                raise NotPendingError(
-                    f"tool result(s) for {orphans} answer no tool call of this session, and no tool call is "
-                    "waiting for a result",
-                    orphans,
-                )
 
 
 def _answer_id(raw: Any) -> str:
@@ -313,7 +300,7 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
         if run.interrupt_requested:
             raise _Interrupt
         run.step += 1
-        reply = await _reasoning(agent, run, system, extra, executor, None)
+        reply = _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, None))
         calls = reply.tool_calls
         if spec is not None and (not calls or spec.mode == "tool") and not _is_empty(reply):
             outcome = await _structured(agent, run, spec, reply, calls)
@@ -343,8 +330,6 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
             await run.checkpoint()
             return final
         extra = []
-        reply = _turns.unique_call_ids(reply)
-        calls = reply.tool_calls
         # Recorded with the reply: only calls this session's model made may ever run after a crash.
         _turns.set_in_flight(run, reply.id, [c.id for c in calls])
         run.add_messages(reply)
@@ -352,6 +337,13 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
         paused = await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
         if paused is not None:
             return paused
+
+
+def _distinct_calls(run: Run, reply: Msg) -> Msg:
+    """`reply` with call ids unique in the session, before anything reads its calls (see `_turns.unique_call_ids`)."""
+    if not reply.tool_calls:
+        return reply
+    return _turns.unique_call_ids(reply, run.state.call_ids.of(run.state.messages))
 
 
 async def _structured(
@@ -439,7 +431,7 @@ async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: To
     choice = _NONE_CHOICE
     if spec is not None and spec.mode == "tool":
         choice = GenerateOptions(tool_choice={"name": GENERATE_RESPONSE})
-    reply = await _reasoning(agent, run, system, extra, executor, choice)
+    reply = _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, choice))
     if spec is not None:
         outcome = await _structured(agent, run, spec, reply, reply.tool_calls)
         if isinstance(outcome, Msg):

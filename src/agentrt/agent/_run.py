@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     from agentrt.tool.scope import EventSink
 
 __all__ = ["Run", "current_run"]
+
+logger = logging.getLogger("agentrt.state")
 
 current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentrt_run", default=None)
 """The call in progress in this task (tools and subagents read it, e.g. to forward events)."""
@@ -195,8 +199,8 @@ class Run:
         """Load the session's state from the store (a new session starts empty).
 
         A store holding sessions written before sessions belonged to an agent is read as a
-        fallback: the server's ``"<agent>:<session>"`` rows, then the shared ``(user, session)``
-        row; what is found is copied under this agent's own address (the legacy row stays).
+        fallback: the server's ``"<agent>:<session>"`` row, then the ``(user, session)`` row if no
+        other agent replied in it; what is found moves under this agent's own address.
         """
         store = self.store
         cache = self._cache()
@@ -214,21 +218,33 @@ class Run:
         return cache if isinstance(cache, SessionCache) and callable(getattr(self.store, "load_view", None)) else None
 
     async def _adopt_legacy(self) -> AgentState | None:
+        """This agent's legacy session, moved (not copied) under its own address; None if it has none.
+
+        The server's ``"<state_key>:<id>"`` is this agent's; a plain ``"<id>"`` only when every named
+        reply in it is this agent's (one several agents shared is left for `migrate_legacy`). Moving
+        means a deleted session stays deleted, and no other agent inherits it or its pending calls.
+        """
         store = self.store
-        for legacy_id in (f"{self.agent_key}:{self.session_id}", self.session_id):
+        owners = {self.agent_key, self.agent.name}
+        for legacy_id, prefixed in ((f"{self.agent_key}:{self.session_id}", True), (self.session_id, False)):
             legacy = await store.load(self.user_id, legacy_id, agent="")
             if legacy is None:
                 continue
-            legacy.agent, legacy.session_id = self.agent_key, self.session_id
-            try:
-                legacy.revision = await store.save(legacy, expected_revision=0)
-            except StateConflictError:  # adopted meanwhile by another process: read theirs
-                return await store.load(self.user_id, self.session_id, agent=self.agent_key)
-            return legacy
+            if not prefixed and not _owned(legacy, owners, self.agent_key):
+                continue
+            await _move_legacy(store, legacy, legacy_id, self.agent_key, self.session_id)
+            state = await store.load(self.user_id, self.session_id, agent=self.agent_key)
+            if state is not None:
+                return state
         return None
 
-    async def checkpoint(self) -> None:
-        """Persist unsaved messages and fields (O(new messages) for incremental stores)."""
+    async def checkpoint(self, *, merge: bool = True) -> None:
+        """Persist unsaved messages and fields (O(new messages) for incremental stores).
+
+        On a concurrent write, ``conflict_policy="merge"`` appends after the other writer; with
+        `merge` False the `StateConflictError` is raised instead (for writes that must be decided on
+        what is stored, such as spending an approval).
+        """
         if not self._unsaved and not self._dirty:
             return
         messages, fields = self._unsaved, self._dirty
@@ -243,7 +259,7 @@ class Run:
                 agent=self.agent_key,
             )
         except StateConflictError:
-            if getattr(self.agent, "conflict_policy", "merge") != "merge":
+            if not merge or getattr(self.agent, "conflict_policy", "merge") != "merge":
                 raise
             revision = await self._merge(messages, fields)
         else:
@@ -283,3 +299,35 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run(agent={self.agent.name!r}, user={self.user_id!r}, session={self.session_id!r}, step={self.step})"
+
+
+def _owned(legacy: AgentState, owners: set[str], agent_key: str) -> bool:
+    """Whether no agent but one of `owners` replied in `legacy` (so it may be theirs alone)."""
+    others = legacy.reply_names() - owners
+    if others:
+        logger.warning(
+            "session %r of user %r, written before sessions belonged to an agent, holds replies of %s: agent %r "
+            "does not read it; move it with `agentrt sessions migrate --agent NAME --all-unprefixed`",
+            legacy.session_id,
+            legacy.user_id,
+            ", ".join(repr(n) for n in sorted(legacy.reply_names())),
+            agent_key,
+        )
+    return not others
+
+
+async def _move_legacy(store: AgentStateStore, legacy: AgentState, legacy_id: str, agent: str, target: str) -> None:
+    """Move a legacy session to ``(agent, user, target)``: natively when the store can, else copy and delete.
+
+    Whatever the outcome (moved, or moved or deleted meanwhile by another process), the caller
+    reads what is at the new address.
+    """
+    mover = getattr(store, "_move_legacy", None)
+    if callable(mover):
+        await mover(legacy.user_id, legacy_id, agent, target)
+        return
+    try:
+        await store.save(replace(legacy, agent=agent, session_id=target), expected_revision=0)
+    except StateConflictError:  # adopted meanwhile by another process
+        return
+    await store.delete(legacy.user_id, legacy_id, agent="")

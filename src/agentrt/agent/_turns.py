@@ -13,10 +13,12 @@ crashes and new messages:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentrt.message import Msg, ToolResultBlock, ToolUseBlock, block_from_dict
+from agentrt.errors import InvalidValueError, NotPendingError
+from agentrt.message import Msg, ToolResultBlock, ToolUseBlock, block_from_dict, new_id
 
 if TYPE_CHECKING:
     from agentrt.agent._run import Run
@@ -26,8 +28,11 @@ __all__ = [
     "INTERRUPTED_RESULT",
     "IN_FLIGHT",
     "NOT_RUN_RESULT",
+    "approved_calls",
+    "check_input",
     "close_turn",
     "inert_input",
+    "observed",
     "open_turn",
     "recorded_results",
     "set_in_flight",
@@ -52,16 +57,36 @@ def in_flight(run: Run) -> Mapping[str, Any] | None:
 
 
 def set_in_flight(
-    run: Run, assistant_id: str, call_ids: Sequence[str], results: Sequence[ToolResultBlock] = ()
+    run: Run,
+    assistant_id: str,
+    call_ids: Sequence[str],
+    results: Sequence[ToolResultBlock] = (),
+    *,
+    approved: bool = False,
 ) -> None:
-    """Record (for the next checkpoint) that `call_ids` of `assistant_id` start now, with the results so far."""
+    """Record (for the next checkpoint) that `call_ids` of `assistant_id` start now, with the results so far.
+
+    `approved`: they start because a human approved them, so a dead run's repair never runs them
+    again (an approval is spent once, and the arguments may have been edited).
+    """
     tool_state = dict(run.state.tool_state)
-    tool_state[IN_FLIGHT] = {
+    record: dict[str, Any] = {
         "assistant_id": assistant_id,
         "calls": list(call_ids),
         "results": [r.to_dict() for r in results],
     }
+    if approved:
+        record["approved"] = list(call_ids)
+    tool_state[IN_FLIGHT] = record
     run.set_field("tool_state", tool_state)
+
+
+def approved_calls(run: Run, assistant_id: str) -> frozenset[str]:
+    """Ids of the calls of `assistant_id` a dead run had started on a human's approval."""
+    record = in_flight(run)
+    if record is None or record.get("assistant_id") != assistant_id:
+        return frozenset()
+    return frozenset(str(c) for c in record.get("approved") or ())
 
 
 def without_in_flight(run: Run) -> None:
@@ -137,46 +162,116 @@ def close_turn(run: Run, text: str = INTERRUPTED_RESULT, state: str = "interrupt
             run.add_messages(*pending.notes)
 
 
+def check_input(messages: Sequence[Msg]) -> None:
+    """Refuse input no provider would accept as history, before anything is stored.
+
+    Tool calls belong in assistant messages (with distinct ids), and tool results in the user
+    messages right after the call they answer, once each. Storing anything else would make every
+    later call of the session fail (the OpenAI format refuses a user message holding a call, every
+    provider a result that answers no call of the turn before it).
+    """
+    open_calls: set[str] = set()
+    for i, msg in enumerate(messages):
+        if msg.role == "assistant":
+            ids = [c.id for c in msg.tool_calls]
+            if len(set(ids)) != len(ids):
+                raise InvalidValueError(f"input message {i} holds several tool calls with one id: {ids}")
+            open_calls = set(ids)
+        for block in msg.content:
+            if isinstance(block, ToolUseBlock) and msg.role != "assistant":
+                raise InvalidValueError(
+                    f"input message {i} ({msg.role!r}) holds tool call {block.id!r} ({block.name}): tool calls "
+                    "belong in assistant messages"
+                )
+            if isinstance(block, ToolResultBlock):
+                if msg.role != "user":
+                    raise InvalidValueError(
+                        f"input message {i} ({msg.role!r}) holds the result of tool call {block.id!r}: tool results "
+                        "belong in user messages"
+                    )
+                if block.id not in open_calls:
+                    raise NotPendingError(
+                        f"input message {i} holds a result for tool call {block.id!r}, which answers no tool call "
+                        "of the assistant message right before it in the input (or was answered already), and no "
+                        "tool call is waiting for a result",
+                        [block.id],
+                    )
+                open_calls.discard(block.id)
+        if msg.role != "assistant" and any(not isinstance(b, ToolResultBlock) for b in msg.content):
+            open_calls = set()  # other content ends the turn: later results would be out of place
+
+
+def observed(run: Run, messages: Sequence[Msg]) -> None:
+    """Add messages heard from elsewhere (`AgentBase.observe`) without breaking the session's open turn.
+
+    They are inert history (their tool calls closed as not run). While calls wait for an answer they
+    are held back with the pending calls and join the history once the turn is complete; a turn a
+    dead run left open is closed first (its recorded results kept, the rest interrupted: nothing runs).
+    """
+    check_input(messages)
+    msgs = inert_input(messages)
+    pending = run.state.pending
+    if pending is not None and pending.calls:
+        run.set_field("pending", dataclasses.replace(pending, notes=(*pending.notes, *msgs)))
+        return
+    close_turn(run, DANGLING_RESULT)
+    run.add_messages(*msgs)
+
+
 def inert_input(messages: Sequence[Msg]) -> list[Msg]:
-    """The input with each tool call that has no result in the input closed as "not run".
+    """The input (checked by `check_input`) with each tool call that has no result closed as "not run".
 
     Callers may seed a history (the OpenAI facade does); their tool calls are history, never work:
     closing them keeps the transcript valid for providers and leaves nothing for crash repair to run.
+    A user message holding results and other content is split: the results first, in their own message.
     """
-    if not any(m.role == "assistant" and m.tool_calls for m in messages):
-        return list(messages)
-    answered = {b.id for m in messages for b in m.content if isinstance(b, ToolResultBlock)}
     out: list[Msg] = []
+    missing: dict[str, ToolUseBlock] = {}
     for msg in messages:
-        out.append(msg)
         if msg.role == "assistant":
-            missing = [c for c in msg.tool_calls if c.id not in answered]
-            if missing:
-                out.append(
-                    Msg(
-                        role="user",
-                        content=[
-                            ToolResultBlock(id=c.id, name=c.name, output=NOT_RUN_RESULT, state="error") for c in missing
-                        ],
-                    )
-                )
+            _close(out, missing)
+            out.append(msg)
+            missing = {c.id: c for c in msg.tool_calls}
+            continue
+        results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+        rest = [b for b in msg.content if not isinstance(b, ToolResultBlock)]
+        if results:
+            for block in results:
+                missing.pop(block.id, None)
+            out.append(msg if not rest else msg.replace(content=results, id=new_id()))
+        if rest or not results:
+            _close(out, missing)
+            out.append(msg if not results else msg.replace(content=rest))  # the sender's id stays on their words
+    _close(out, missing)
     return out
 
 
-def unique_call_ids(reply: Msg) -> Msg:
-    """The reply with duplicate tool-call ids made unique, so each call gets its own result.
+def _close(out: list[Msg], missing: dict[str, ToolUseBlock]) -> None:
+    """Close the calls of the last seeded turn that got no result (they never run)."""
+    if missing:
+        closing = [
+            ToolResultBlock(id=c.id, name=c.name, output=NOT_RUN_RESULT, state="error") for c in missing.values()
+        ]
+        out.append(Msg(role="user", content=list(closing)))
+        missing.clear()
 
-    Some models and proxies repeat an id within one turn; the model's id is kept in the block's
-    metadata (``provider_id``).
+
+def unique_call_ids(reply: Msg, taken: Collection[str] = ()) -> Msg:
+    """The reply with its tool-call ids made distinct from each other and from `taken`.
+
+    Some models and proxies repeat an id within one turn, and some servers number calls afresh in
+    every reply: each call must get its own result, and an approval (or a stale one sent again) must
+    name one call only, so a repeated id is renamed ``<id>_<n>``. The model's id is kept in the
+    block's metadata (``provider_id``). `taken`: the ids of the calls already in the session.
     """
     calls = reply.tool_calls
-    if len(calls) < 2:
+    if not calls:
         return reply
     ids = [c.id for c in calls]
-    if len(set(ids)) == len(ids):
+    if len(set(ids)) == len(ids) and not any(i in taken for i in ids):
         return reply
-    seen: set[str] = set(ids)
-    used: set[str] = set()
+    seen: set[str] = {*ids, *taken}
+    used: set[str] = set(taken)
     content: list[Any] = []
     for block in reply.content:
         if isinstance(block, ToolUseBlock):

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
-from agentrt.agent import _scopes
+from agentrt.agent import _scopes, _turns
 from agentrt.agent._run import Run, current_run
 from agentrt.context import RuntimeContext
-from agentrt.errors import UserError
+from agentrt.errors import SessionBusyError, UserError
 from agentrt.message import Msg, as_messages, new_id
 from agentrt.state.base import AgentState, AgentStateStore
 
@@ -136,7 +136,7 @@ class AgentBase(abc.ABC):
         async with store.session_lock(user_id, session_id, timeout=self.lock_timeout, agent=self.state_key):
             run = Run(self, ctx, messages, store, new_id(), None)
             await run.load()
-            run.add_messages(*messages)
+            _turns.observed(run, messages)  # inert, and never inside a turn that waits for results
             await run.checkpoint()
 
     def interrupt(
@@ -234,6 +234,32 @@ class AgentBase(abc.ABC):
         return run.state
 
     # -- internals ------------------------------------------------------------------------------------
+    def _own_running_call(self, ctx: RuntimeContext) -> Run | None:
+        """The live call of this agent on `ctx`'s session that the current task runs inside, if any.
+
+        Session changes made from a tool of that call (tool groups, plan mode) go to the call's
+        working state: it holds the session lock, so waiting for the lock would never end. A call
+        that has ended is not returned (its lock is free: the caller takes it and saves).
+
+        Raises:
+            SessionBusyError: at once, when the current task runs inside a live call of another
+                agent holding this session's lock (one sharing this agent's `state_key` and store).
+        """
+        key = ctx.key
+        run = current_run.get()
+        while run is not None:
+            if (run.user_id, run.session_id) == key and _is_live(run):
+                if run.agent is self:
+                    return run
+                if run.agent_key == self.state_key and run.store is self.state_store:
+                    raise SessionBusyError(
+                        f"session {(self.state_key, *key)!r} is held by the running call of agent "
+                        f"{run.agent.name!r} (same state_key) that this code runs inside; waiting for it "
+                        f"would never end: change it through {run.agent.name!r}"
+                    )
+            run = run.parent
+        return None
+
     def _new_run(self, input: AgentInput, ctx: RuntimeContext | None, emit: Any, output: Any) -> Run:
         if ctx is not None and not isinstance(ctx, RuntimeContext):
             raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
@@ -277,6 +303,12 @@ class AgentBase(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def _is_live(run: Run) -> bool:
+    """Whether `run` is still the call its agent runs on its session (not one that has ended)."""
+    running = getattr(run.agent, "_running", None)
+    return isinstance(running, dict) and running.get((run.user_id, run.session_id)) is run
 
 
 def _key(ctx_or_user_id: RuntimeContext | str | None, session_id: str | None) -> tuple[str, str]:

@@ -22,8 +22,12 @@ from starlette.responses import Response
 from agentrt import _json
 from agentrt.errors import (
     AgentrtError,
+    InvalidAnswerError,
+    InvalidTypeError,
+    InvalidValueError,
     ModelError,
     ModelTimeoutError,
+    NotPendingError,
     RateLimitError,
     SessionBusyError,
     StateConflictError,
@@ -156,6 +160,12 @@ def error_for_exception(exc: BaseException) -> ApiError | None:
         return ApiError(409, str(exc), code="state_conflict")
     if isinstance(exc, StateStoreError):
         return ApiError(503, f"the state store is unavailable: {exc}", code="store_unavailable")
+    if isinstance(exc, NotPendingError):  # a stale or repeated answer (e.g. two approvals of one call at once)
+        return ApiError(409, str(exc), code="not_pending")
+    if isinstance(exc, InvalidAnswerError):  # e.g. edited approval arguments the tool does not accept
+        return ApiError(422, str(exc), code="invalid_answer")
+    if isinstance(exc, (InvalidValueError, InvalidTypeError)):  # e.g. a tool call in a user message
+        return ApiError(422, str(exc), code="invalid_input")
     if isinstance(exc, UserError):
         return ApiError(409, str(exc), code="invalid_session_state")
     if isinstance(exc, RateLimitError):

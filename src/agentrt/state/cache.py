@@ -25,7 +25,7 @@ from typing import Any
 
 from agentrt.message import Msg
 from agentrt.state.codec import encode_message
-from agentrt.state.session import AgentState
+from agentrt.state.session import AgentState, CallIds
 
 __all__ = ["DEFAULT_MAX_BYTES", "SessionCache"]
 
@@ -36,13 +36,15 @@ _Key = tuple[str, str, str]
 
 
 class _Entry:
-    __slots__ = ("created_at", "messages", "nbytes", "revision")
+    __slots__ = ("call_ids", "created_at", "messages", "nbytes", "revision")
 
-    def __init__(self, messages: list[Msg], nbytes: int, revision: int, created_at: float) -> None:
+    def __init__(self, messages: list[Msg], nbytes: int, revision: int, created_at: float, call_ids: CallIds) -> None:
         self.messages = messages
         self.nbytes = nbytes
         self.revision = revision
         self.created_at = created_at
+        self.call_ids = call_ids
+        """Shared with the states loaded from this entry, so the ids are indexed once per session."""
 
 
 def _size(messages: Sequence[Msg]) -> int:
@@ -113,6 +115,7 @@ class SessionCache:
             ):
                 fresh = got[cached - since :]
                 state.messages = [*entry.messages, *fresh]
+                state.call_ids = entry.call_ids
                 self.hits += 1
                 self._grow(key, entry, fresh, state.revision)
                 return state
@@ -132,7 +135,7 @@ class SessionCache:
         nbytes = _size(state.messages)
         if nbytes > self.max_bytes:
             return
-        self._entries[key] = _Entry(list(state.messages), nbytes, state.revision, state.created_at)
+        self._entries[key] = _Entry(list(state.messages), nbytes, state.revision, state.created_at, state.call_ids)
         self._nbytes += nbytes
         self._evict()
 

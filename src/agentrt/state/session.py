@@ -14,7 +14,7 @@ from typing import Any
 from agentrt.message import Msg
 from agentrt.state.pending import Pending
 
-__all__ = ["LEGACY_AGENT", "SCHEMA_VERSION", "STATE_FIELDS", "AgentState", "SessionInfo", "StateView"]
+__all__ = ["LEGACY_AGENT", "SCHEMA_VERSION", "STATE_FIELDS", "AgentState", "CallIds", "SessionInfo", "StateView"]
 
 LEGACY_AGENT = ""
 """The agent part of sessions written before sessions belonged to an agent (and of writes without one)."""
@@ -23,6 +23,36 @@ SCHEMA_VERSION = 1
 
 STATE_FIELDS = ("summary", "summary_index", "rules", "pending", "active_groups", "tool_state", "tasks", "metadata")
 """The fields of `AgentState` besides `messages` that `append` can change."""
+
+
+class CallIds:
+    """The tool-call ids of an append-only transcript, indexed in O(new messages) per use.
+
+    One index is shared by a session's cached transcript and the states loaded from it (see
+    `SessionCache`), so a call on a long conversation does not scan it again. The index remembers
+    how many messages it covered and the id of the last one: a list that does not extend what was
+    indexed (another writer's transcript, a rewrite) is indexed afresh.
+    """
+
+    __slots__ = ("_count", "_ids", "_last")
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._count = 0
+        self._last: str | None = None
+
+    def of(self, messages: Sequence[Msg]) -> set[str]:
+        """The ids of every tool call in `messages` (the caller must not change the set)."""
+        count = len(messages)
+        if self._count > count or (self._count and messages[self._count - 1].id != self._last):
+            self._ids, self._count = set(), 0
+        ids = self._ids
+        for msg in messages[self._count :]:
+            if msg.role == "assistant":
+                ids.update(call.id for call in msg.tool_calls)
+        self._count = count
+        self._last = messages[-1].id if count else None
+        return ids
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,10 +84,20 @@ class AgentState:
     version: int = SCHEMA_VERSION
     created_at: float = field(default_factory=time.time)
     updated_at: float = 0.0
+    call_ids: CallIds = field(default_factory=CallIds, repr=False, compare=False)
+    """The index of the transcript's tool-call ids (derived data, never stored)."""
 
     def fields_dict(self) -> dict[str, Any]:
         """The non-message fields, by name."""
         return {name: getattr(self, name) for name in STATE_FIELDS}
+
+    def reply_names(self) -> frozenset[str]:
+        """The names on the transcript's assistant messages: the agents that replied in this session.
+
+        Tells whose a session of the legacy namespace was (one agent's, or several agents' that
+        shared it before sessions belonged to an agent); unnamed replies are not counted.
+        """
+        return frozenset(m.name for m in self.messages if m.role == "assistant" and m.name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

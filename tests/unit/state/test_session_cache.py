@@ -9,10 +9,11 @@ import pytest
 
 from agentrt import ReActAgent
 from agentrt.context import RuntimeContext
-from agentrt.message import Msg
+from agentrt.message import Msg, ToolResultBlock, ToolUseBlock
 from agentrt.model import ScriptedModel
 from agentrt.state.base import StateView
 from agentrt.state.cache import SessionCache
+from agentrt.state.session import CallIds
 from agentrt.state.stores.sqlite import SqliteStateStore
 
 
@@ -87,5 +88,44 @@ async def test_sqlite_synchronous_is_applied(tmp_path: Path) -> None:
         await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
         level = await store._call(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
         assert level == 2  # FULL
+    finally:
+        await store.close()
+
+
+def _turn(call_id: str, n: int) -> list[Msg]:
+    return [
+        Msg(role="assistant", content=[ToolUseBlock(id=call_id, name="t", input={})], id=f"a{n}"),
+        Msg(role="user", content=[ToolResultBlock(id=call_id, name="t", output="ok")], id=f"r{n}"),
+    ]
+
+
+def test_call_ids_are_indexed_once_and_afresh_for_another_transcript() -> None:
+    index = CallIds()
+    history = [m for n in range(3) for m in _turn(f"c{n}", n)]
+    assert index.of(history) == {"c0", "c1", "c2"}
+    scanned: list[str] = []
+
+    class Spy(Msg):
+        @property
+        def tool_calls(self) -> list[ToolUseBlock]:
+            scanned.append(self.id)
+            return super().tool_calls
+
+    grown = [*history, Spy(role="assistant", content=[ToolUseBlock(id="c3", name="t", input={})], id="a3")]
+    assert index.of(grown) == {"c0", "c1", "c2", "c3"} and scanned == ["a3"], "only the new message is read"
+    other = [m for n in range(4) for m in _turn(f"x{n}", n + 10)]  # same length and more, other messages
+    assert index.of(other) == {"x0", "x1", "x2", "x3"}
+    assert index.of(other[:2]) == {"x0"}  # a shorter transcript is indexed afresh
+
+
+async def test_a_warm_call_shares_the_call_id_index_of_the_cached_transcript(tmp_path: Path) -> None:
+    store = SqliteStateStore(tmp_path / "state.db")
+    try:
+        agent = _agent(store)
+        await agent.call("first", RuntimeContext("u", "s"))
+        await agent.call("second", RuntimeContext("u", "s"))  # the first load of a stored session caches it
+        entry_ids = store.session_cache._entries[("bot", "u", "s")].call_ids
+        state = await store.session_cache.load(store, "u", "s", agent="bot")
+        assert state is not None and state.call_ids is entry_ids
     finally:
         await store.close()

@@ -477,18 +477,21 @@ class StreamState:
     say which call a delta belongs to: OpenAI sends ``index`` (and the ``id`` once), Gemini's
     endpoint and several proxies send no ``index``, Ollama sends ``index: 0`` for every call with
     distinct ids. The rule: a known ``id`` continues its call and a new one starts a call (unless
-    it is the first id seen at an ``index`` whose call began without one); without an id, the
-    ``index`` decides; with neither, the delta continues the last call, unless it names a function
-    while the last call already has a name (then it is the next call, sent whole).
+    it is the first id seen at an ``index`` whose call began without one); a known ``id`` at an
+    ``index`` not seen yet starts a call too (a model that repeats an id for two calls: each must
+    run); without an id, the ``index`` decides; with neither, the delta continues the last call,
+    unless it names a function while the last call already has a name (then it is the next call,
+    sent whole).
     """
 
-    __slots__ = ("by_id", "by_index", "calls", "last", "named", "refused", "with_id")
+    __slots__ = ("by_id", "by_index", "calls", "ids", "last", "named", "refused", "with_id")
 
     def __init__(self) -> None:
         self.calls = 0
         self.last = -1
         self.by_id: dict[str, int] = {}
         self.by_index: dict[Any, int] = {}
+        self.ids: dict[int, str] = {}
         self.with_id: set[int] = set()
         self.named: set[int] = set()
         self.refused = False
@@ -496,13 +499,20 @@ class StreamState:
     def call_index(self, wire_index: Any, call_id: str | None, name: str | None) -> int:
         """Our index for one tool-call delta."""
         if call_id:
-            index = self.by_id.get(call_id)
+            bound = self.by_index.get(wire_index) if wire_index is not None else None
+            if bound is not None and self.ids.get(bound) == call_id:
+                index: int | None = bound
+            else:
+                index = self.by_id.get(call_id)
+                if index is not None and wire_index is not None and bound is None:
+                    index = None  # the id again at a new index: another call with a repeated id
             if index is None:
-                index = self.by_index.get(wire_index, -1) if wire_index is not None else -1
+                index = bound if bound is not None else -1
                 if index < 0 or index in self.with_id:
                     index = self._new()
                 # else: the id arrives after its call began at this index
                 self.by_id[call_id] = index
+                self.ids[index] = call_id
                 self.with_id.add(index)
             if wire_index is not None:
                 self.by_index[wire_index] = index
