@@ -31,6 +31,7 @@ __all__ = [
     "ToolResultBlock",
     "ToolResultState",
     "ToolUseBlock",
+    "UserContent",
     "VideoBlock",
     "block_from_dict",
     "new_id",
@@ -347,14 +348,23 @@ class Msg:
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
-    def user(cls, text: str, *, name: str | None = None, **metadata: Any) -> Msg:
-        """A user message holding `text` (other content: `Msg(role="user", content=[...])`, `Msg.tool_results`)."""
-        _require_text(text, "Msg.user")
-        return cls(role="user", content=[TextBlock(text=text)], name=name, metadata=metadata)
+    def user(
+        cls, content: str | UserContent | Sequence[str | UserContent], *, name: str | None = None, **metadata: Any
+    ) -> Msg:
+        """A user message: a text, or texts and media (`TextBlock`, `ImageBlock`, `AudioBlock`, `VideoBlock`).
+
+        Tool results are returned with `Msg.tool_results`; tool calls and reasoning are assistant
+        content. Anything else is refused with an error saying what to use instead.
+        """
+        return cls(role="user", content=_user_content(content), name=name, metadata=metadata)
 
     @classmethod
-    def tool_results(cls, results: Iterable[ToolResultBlock], *, text: str = "") -> Msg:
+    def tool_results(cls, results: Iterable[ToolResultBlock] | ToolResultBlock, *, text: str = "") -> Msg:
         """The user message returning results of external tools (``ToolResultBlock(id=..., name=..., output=...)``)."""
+        if isinstance(results, ToolResultBlock):
+            results = [results]
+        elif not isinstance(results, Iterable) or isinstance(results, (str, bytes, Mapping)):
+            raise InvalidTypeError(f"Msg.tool_results takes a list of ToolResultBlocks, not {type(results).__name__!r}")
         blocks = list(results)
         for block in blocks:
             if not isinstance(block, ToolResultBlock):
@@ -492,6 +502,46 @@ def as_messages(value: str | Msg | Sequence[Msg] | None, *, name: str | None = N
             out.append(item)
         return out
     raise InvalidTypeError(f"input must be a str, a Msg or a list of Msg, not {type(value).__name__!r}")
+
+
+UserContent: TypeAlias = TextBlock | ImageBlock | AudioBlock | VideoBlock
+"""What a person can say: text and media (not tool calls, tool results or reasoning)."""
+_USER_TYPES: tuple[type, ...] = (TextBlock, ImageBlock, AudioBlock, VideoBlock)
+
+
+def _user_block(item: object) -> ContentBlock:
+    """One piece of `Msg.user` content as a block, or a clear error for what is not user content."""
+    if isinstance(item, str):
+        return TextBlock(text=item)
+    if isinstance(item, _USER_TYPES):
+        return cast(ContentBlock, item)
+    if isinstance(item, ToolResultBlock):
+        raise InvalidTypeError(
+            "Msg.user does not take tool results: return them with Msg.tool_results([ToolResultBlock(...)])"
+        )
+    if isinstance(item, (ToolUseBlock, ThinkingBlock)):
+        raise InvalidTypeError(
+            f"Msg.user does not take a {type(item).__name__}: tool calls and reasoning are assistant content "
+            "(Msg(role='assistant', content=[...]))"
+        )
+    raise InvalidTypeError(
+        f"Msg.user takes a str, or a list of str, TextBlock, ImageBlock, AudioBlock and VideoBlock, "
+        f"not {type(item).__name__!r}"
+    )
+
+
+def _user_content(content: object) -> list[ContentBlock]:
+    """`Msg.user` content as blocks: a text, one user block, or a list or tuple of them."""
+    if isinstance(content, (str, *_BLOCK_TYPES)):
+        return [_user_block(content)]
+    if not isinstance(content, (list, tuple)):
+        raise InvalidTypeError(
+            f"Msg.user takes a str, or a list of str, TextBlock, ImageBlock, AudioBlock and VideoBlock, "
+            f"not {type(content).__name__!r}"
+        )
+    if not content:
+        raise InvalidValueError("Msg.user needs a text or at least one content block, not an empty list")
+    return [_user_block(item) for item in content]
 
 
 def _require_text(text: object, where: str) -> None:

@@ -246,6 +246,69 @@ def test_several_pending_calls_are_answered_together(ui: UiPage) -> None:
     assert_no_page_errors(ui)
 
 
+HOLD_STREAM_END = """
+(() => {
+  // Hold the end of each run's event stream until the test releases it: the run has paused
+  // (every event arrived) but its stream is still open, the window where the race was.
+  const fetchOriginal = window.fetch;
+  let release = () => {};
+  window.__releaseStreams = () => release();
+  window.fetch = async (input, init) => {
+    const response = await fetchOriginal(input, init);
+    const url = String(input instanceof Request ? input.url : input);
+    if (!(init && init.method === "POST" && /\\/(messages|confirm)$/.test(url)) || !response.body) return response;
+    const reader = response.body.getReader();
+    const gate = new Promise((resolve) => { release = resolve; });
+    const body = new ReadableStream({
+      async pull(controller) {
+        const { done, value } = await reader.read();
+        if (!done) return controller.enqueue(value);
+        const root = document.documentElement;
+        root.dataset.heldStreams = String(Number(root.dataset.heldStreams || 0) + 1);
+        await gate;
+        controller.close();
+      },
+    });
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
+})();
+"""
+
+
+def test_an_answer_given_while_the_paused_run_still_streams_keeps_its_status(ui: UiPage) -> None:
+    """The run-end handler must not overwrite the status an answer has just set (the old race, made certain)."""
+    page = ui.page
+    page.add_init_script(HOLD_STREAM_END)
+    page.reload()
+    connect(ui)
+    new_session(page)
+    send(page, "Delete both /opt/held-1.log /opt/held-2.log")
+    cards = tool_card(page, "delete_file")
+    expect(cards).to_have_count(2)
+    first, second = cards.nth(0), cards.nth(1)
+    expect(second).to_have_attribute("data-state", "awaiting")
+    expect(page.locator("html")).to_have_attribute("data-held-streams", "1")  # every event in, the stream open
+    expect(page.locator("body")).to_have_attribute("data-phase", "running")
+
+    first.get_by_role("button", name="Approve").click()
+    expect(page.locator("#status")).to_have_text("1 more call to answer")
+    page.evaluate("() => window.__releaseStreams()")
+    wait_idle(page)  # the run ended and the sessions and state were reloaded
+    expect(page.locator("#status")).to_have_text("1 more call to answer")
+    expect(first).to_have_attribute("data-state", "approved")
+    expect(page.get_by_role("button", name="Send")).to_be_disabled()
+    assert "/opt/held-1.log" not in ui.server.recorder.deleted
+
+    second.get_by_role("button", name="Deny").click()
+    expect(page.locator("html")).to_have_attribute("data-held-streams", "2")
+    page.evaluate("() => window.__releaseStreams()")
+    expect(page.get_by_role("log")).to_contain_text("Results: success: deleted /opt/held-1.log; denied:")
+    wait_idle(page)
+    expect(page.locator("#status")).to_have_text("Ready")
+    assert "/opt/held-2.log" not in ui.server.recorder.deleted
+    assert_no_page_errors(ui)
+
+
 def test_untrusted_content_renders_as_text(ui: UiPage) -> None:
     page = ui.page
     connect(ui)

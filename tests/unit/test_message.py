@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentrt.errors import InvalidTypeError, InvalidValueError
 from agentrt.message import (
     AudioBlock,
     Base64Source,
@@ -467,3 +468,45 @@ def test_token_usage_addition_is_fieldwise(a: TokenUsage, b: TokenUsage) -> None
 
 def test_token_usage_from_partial_dict() -> None:
     assert TokenUsage.from_dict({"input_tokens": 7}) == TokenUsage(input_tokens=7)
+
+
+# -- Msg.user and Msg.tool_results ------------------------------------------------------------------------
+
+
+def test_msg_user_takes_text_and_media_in_any_spelling() -> None:
+    image = ImageBlock(source="https://example.test/a.png")
+    assert Msg.user("hi").content == [TextBlock(text="hi")]
+    assert Msg.user(["look", image]).content == [TextBlock(text="look"), image]
+    assert Msg.user((TextBlock(text="a"), AudioBlock(source="https://x.test/a.mp3"))).role == "user"
+    assert Msg.user(image).content == [image], "one media block on its own"
+    assert Msg.user(["a", "b"]).text == "a\nb"
+
+
+@pytest.mark.parametrize(
+    ("content", "hint"),
+    [
+        ([ToolResultBlock(id="c1", name="t", output="x")], r"Msg\.tool_results"),
+        (ToolResultBlock(id="c1", name="t", output="x"), r"Msg\.tool_results"),
+        ([TextBlock(text="a"), ToolUseBlock(id="c1", name="t")], "assistant content"),
+        ([ThinkingBlock(thinking="hmm")], "assistant content"),
+        ({"type": "text", "text": "x"}, "not 'dict'"),
+        (["a", 3], "not 'int'"),
+        (None, "not 'NoneType'"),
+        (b"bytes", "not 'bytes'"),
+        (Msg.user("x"), "not 'Msg'"),
+    ],
+)
+def test_msg_user_refuses_what_a_user_does_not_say_with_the_fix(content: Any, hint: str) -> None:
+    with pytest.raises(InvalidTypeError, match=hint):
+        Msg.user(content)
+
+
+def test_msg_user_refuses_an_empty_list_and_tool_results_take_one_block_or_several() -> None:
+    with pytest.raises(InvalidValueError, match="empty list"):
+        Msg.user([])
+    block = ToolResultBlock(id="c1", name="t", output="x")
+    assert Msg.tool_results(block).content == [block]
+    assert Msg.tool_results([block], text="see above").content == [block, TextBlock(text="see above")]
+    for bad in ("text", {"id": "c1"}, 3):
+        with pytest.raises(InvalidTypeError, match=r"Msg\.tool_results"):
+            Msg.tool_results(bad)  # type: ignore[arg-type]

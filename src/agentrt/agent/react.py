@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentrt import events as ev
 from agentrt.agent import _loop
 from agentrt.agent._output import OutputMode
-from agentrt.agent._run import Run, current_run
+from agentrt.agent._run import Run
 from agentrt.agent._skills import AgentSkills
 from agentrt.agent.base import AgentBase
 from agentrt.agent.options import LoopOptions, MemoryMode, MemoryOptions, OutputOptions, resolve_options
@@ -191,7 +191,6 @@ class ReActAgent(AgentBase):
         self.toolkit = toolkit if toolkit is not None else _EMPTY_TOOLKIT
         self.middlewares = tuple(middlewares)
         self.permission = permission
-        _warn_unmatched_rules(name, permission, self.toolkit)
         self.options = options if options is not None else DEFAULT_OPTIONS
         self.max_iters = loop.max_iters
         self.tool_calling = loop.tool_calling
@@ -211,6 +210,9 @@ class ReActAgent(AgentBase):
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
         self._skills = AgentSkills(self, skills)
+        # The tools the agent adds itself (task list, memory, compress_context, load_skill) count too.
+        offered = [*self._skills.tools(self.toolkit.tools), *(self._session_tools or ())]
+        _warn_unmatched_rules(name, permission, offered)
 
     @property
     def model(self) -> ChatModel:
@@ -397,6 +399,11 @@ class ReActAgent(AgentBase):
         Called from a tool of a running call on that session, it applies to that call at once (its
         next model call offers the group's tools) and is saved with the call's next checkpoint;
         otherwise it takes the session lock and saves now.
+
+        Raises:
+            UserError: `name` is not a group of the toolkit (at once).
+            SessionBusyError: at once, from inside a call of another agent sharing this session
+                (same `state_key`), whose lock would never be released while we wait.
         """
         return await self._change_groups(ctx, name, add=True)
 
@@ -422,15 +429,6 @@ class ReActAgent(AgentBase):
             active = _apply_groups(run, self.toolkit.default_active_groups(), name, add)
             await run.checkpoint()
             return active
-
-    def _own_running_call(self, ctx: RuntimeContext) -> Run | None:
-        """The call of this agent on `ctx`'s session that the current task runs inside, if any."""
-        run = current_run.get()
-        while run is not None:
-            if run.agent is self and (run.user_id, run.session_id) == ctx.key:
-                return run
-            run = run.parent
-        return None
 
     async def _execute(self, run: Run) -> Msg:
         reply = await _loop.run_call(self, run)
@@ -512,7 +510,7 @@ def _extra_tools(
     return {t.name: t for t in extra} if extra else None
 
 
-def _warn_unmatched_rules(agent_name: str, permission: Any, toolkit: Toolkit) -> None:
+def _warn_unmatched_rules(agent_name: str, permission: Any, offered: Sequence[str]) -> None:
     """Report permission rules that name no registered tool (a typo makes a deny rule do nothing).
 
     A warning; a `UserError` when the `PermissionContext` is ``strict``.
@@ -522,8 +520,8 @@ def _warn_unmatched_rules(agent_name: str, permission: Any, toolkit: Toolkit) ->
         return
     from agentrt.permission import unmatched_rules
 
-    unmatched = unmatched_rules(rules, toolkit.tools)
-    tools = ", ".join(sorted(toolkit.tools)) or "none"
+    unmatched = unmatched_rules(rules, offered)
+    tools = ", ".join(sorted(offered)) or "none"
     if unmatched and getattr(permission, "strict", False):
         names = ", ".join(f"{r.decision.value} {r.tool!r}" for r in unmatched)
         raise UserError(f"agent {agent_name!r}: permission rule(s) {names} match no registered tool (tools: {tools})")

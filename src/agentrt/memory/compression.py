@@ -1129,7 +1129,8 @@ class ContextCompressor:
         except Exception:  # a summary model id that cannot be resolved: tier 2 is unavailable
             logger.exception("cannot resolve the summary model")
             return None
-        budget = max(1000, min(self.limits(model).usable, self.limits(sm).usable) // 2)
+        # What the summariser can read at once (a bigger round is cut to fit its window).
+        budget = max(1, min(self.limits(model).usable, self.limits(sm).usable) // 2)
         need += min(self.config.summary_max_tokens, room) // 2  # the new summary takes some of the room back
         limit = self.config.tool_result_max_chars
         trunc = 0
@@ -1167,21 +1168,13 @@ class ContextCompressor:
     ) -> bool:
         state = run.state
         start, cut = span
-        messages = state.messages[start:cut]
-        transcript = render_transcript(messages, 4 * self.config.tool_result_max_chars)
-        request = [
-            Msg.system(self.config.summary_prompt or SUMMARY_PROMPT),
-            Msg.user(
-                _SUMMARY_REQUEST.format(
-                    previous=meta.get("body") or "(none yet)",
-                    transcript=transcript,
-                    length=max(50, min(self.config.summary_max_tokens, room * 2 // 3)),
-                )
-            ),
-        ]
         try:
             model = summary_model()
-            reply = await model.generate(request, (), GenerateOptions(max_tokens=self.config.summary_max_tokens))
+            made = self._summary_request(meta, state.messages[start:cut], room, model)
+            if made is None:
+                return False
+            request, max_tokens = made
+            reply = await model.generate(request, (), GenerateOptions(max_tokens=max_tokens))
         except Exception:
             logger.warning("summary model call failed; compressing without a new summary", exc_info=True)
             return False
@@ -1194,6 +1187,68 @@ class ContextCompressor:
         meta["body"] = body
         self._move_start(run, meta, start, cut, room, measure)
         return True
+
+    def _summary_request(
+        self, meta: Mapping[str, Any], messages: Sequence[Msg], room: int, model: ChatModel
+    ) -> tuple[list[Msg], int] | None:
+        """The summariser's request and its ``max_tokens``, cut to fit the summary model's window; None: it cannot.
+
+        The summary call is a request like any other: it must fit ``max_tokens - reserve_output_tokens``
+        and leave the summary its room, so the transcript (then the previous summary) is cut to a head
+        and a tail when the rounds to fold are too big for the summariser's window.
+        """
+        cfg = self.config
+        limits = self.limits(model)
+        length = max(50, min(cfg.summary_max_tokens, room * 2 // 3))
+        output = min(cfg.summary_max_tokens, max(64, room))
+        budget = min(limits.usable, limits.max_tokens - output)
+        system = Msg.system(cfg.summary_prompt or SUMMARY_PROMPT)
+        parts: dict[str, str | None] = {
+            "transcript": render_transcript(messages, 4 * cfg.tool_result_max_chars),
+            "previous": str(meta.get("body") or "") or None,
+        }
+
+        def build() -> list[Msg]:
+            text = _SUMMARY_REQUEST.format(
+                previous=parts["previous"] or "(none yet)",
+                transcript=parts["transcript"] or "(cut: too long for the summariser's window)",
+                length=length,
+            )
+            return [system, Msg.user(text)]
+
+        def size() -> int:
+            return self.counter.adjust(count_tokens(build(), model), model)
+
+        def size_with(name: str) -> Callable[[str | None], int]:
+            def measure(candidate: str | None) -> int:
+                parts[name] = candidate
+                return size()
+
+            return measure
+
+        previous, transcript = parts["previous"], parts["transcript"]
+        if previous is not None and size() > budget:
+            # The previous summary takes at most half of what the transcript leaves, the transcript the rest.
+            parts["transcript"] = None
+            fixed = size_with("previous")(None)
+            parts["previous"] = _clip_part(previous, size_with("previous"), fixed + max(0, budget - fixed) // 2)
+            parts["transcript"] = transcript
+        if transcript is not None and size() > budget:
+            parts["transcript"] = _clip_part(transcript, size_with("transcript"), budget)
+        if parts["transcript"] is None or (previous is not None and parts["previous"] is None):
+            # A summary without the rounds, or without the previous one, would forget: keep the old one.
+            logger.warning("the summary model's window cannot hold these rounds; compressing without a new summary")
+            return None
+        used = size()
+        if used > budget:
+            logger.warning(
+                "the summary request needs %d tokens even cut, more than the %d the summary model's window "
+                "leaves; compressing without a new summary",
+                used,
+                budget,
+            )
+            return None
+        return build(), max(1, min(cfg.summary_max_tokens, limits.max_tokens - used))
 
     def _tier3(self, run: RunLike, meta: dict[str, Any], cut: int, room: int, measure: Callable[[str], int]) -> bool:
         """Drop ``messages[view start:cut]`` from the view with a one-line digest in the summary."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
@@ -27,6 +28,21 @@ Handler = Callable[[Mapping[str, Any], RuntimeContext], Awaitable[Any]]
 """A raw tool body: takes the model's arguments as a dict (used by MCP and schema-only tools)."""
 
 _MISSING: Any = object()
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+"""What at least one provider accepts (OpenAI and Anthropic: letters, digits, '_', '-'; Gemini also '.', ':')."""
+
+
+def _check_name(name: object) -> None:
+    """Refuse a tool name no model provider accepts (a lambda's ``<lambda>``, spaces), saying how to fix it."""
+    if isinstance(name, str) and _TOOL_NAME.fullmatch(name):
+        return
+    raise ToolDefinitionError(
+        f"cannot name a tool {name!r}: providers accept letters, digits, '_' and '-' (Gemini also '.' and ':'), "
+        "up to 64 characters for OpenAI and 128 at most; pass a name, e.g. tool(fn, name='lookup') or "
+        "Tool.from_function(fn, name='lookup')"
+    )
 
 
 class ToolOptions(TypedDict, total=False):
@@ -129,8 +145,7 @@ class Tool:
         workspace: str | None = None,
         **options: Unpack[ToolOptions],
     ) -> None:
-        if not isinstance(name, str) or not name or len(name) > 128:
-            raise ToolDefinitionError(f"tool name must be a non-empty string of at most 128 characters, not {name!r}")
+        _check_name(name)
         opts = _with_defaults(options, name)
         timeout, max_calls = opts["timeout"], opts["max_calls"]
         if timeout is not None and timeout <= 0:
@@ -299,6 +314,15 @@ class _MethodTool(Tool):
 def tool(fn: F, /) -> Tool: ...
 @overload
 def tool(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    **options: Unpack[ToolOptions],
+) -> Tool: ...
+@overload
+def tool(
     fn: None = None, /, *, name: str | None = None, description: str | None = None, **options: Unpack[ToolOptions]
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
@@ -316,7 +340,7 @@ def tool(
     stored in the context (``ctx.put(Db, db)``), are injected and hidden from the model.
 
     Args:
-        fn: The function (when used as ``@tool`` without parentheses).
+        fn: The function (``@tool`` without parentheses, or ``tool(fn, name="lookup")`` for a lambda).
         name: Tool name; defaults to the function name.
         description: Description; defaults to the docstring.
         timeout: Seconds before the call is cancelled and an error goes back to the model; None for no limit.

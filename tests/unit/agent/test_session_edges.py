@@ -8,7 +8,7 @@ import pytest
 
 from agentrt import GenerateReason, Msg, ReActAgent, RuntimeContext, Toolkit, ToolResultBlock, ToolUseBlock, tool
 from agentrt import events as ev
-from agentrt.errors import InvalidTypeError, ToolDefinitionError, UserError
+from agentrt.errors import InvalidTypeError, SessionBusyError, ToolDefinitionError, UserError
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.permission import Decision
 from agentrt.state import InMemoryStateStore
@@ -83,6 +83,73 @@ async def test_outside_a_run_the_group_change_is_saved_and_unknown_groups_fail_a
         await asyncio.wait_for(agent.activate_group(CTX, "nope"), 5)
 
 
+def extra_toolkit(switch: object) -> Toolkit:
+    """A toolkit with `switch` and a group "extra" holding `secret_tool` (inactive by default)."""
+
+    @tool(read_only=True, group="extra")
+    async def secret_tool() -> str:
+        """Only offered once unlocked."""
+        return "secret"
+
+    toolkit = Toolkit([switch])
+    toolkit.create_group("extra", "extra tools")
+    toolkit.register(secret_tool)
+    return toolkit
+
+
+async def test_a_group_switched_by_a_task_that_outlives_its_tool_is_saved() -> None:
+    holder: dict[str, ReActAgent] = {}
+    later: list[asyncio.Task[list[str]]] = []
+
+    @tool(read_only=True)
+    async def unlock_later(ctx: RuntimeContext) -> str:
+        """Unlock the extra tools in a moment."""
+
+        async def switch() -> list[str]:
+            await asyncio.sleep(0.05)  # the call has ended by now: its working state is gone
+            return await holder["agent"].activate_group(ctx, "extra")
+
+        later.append(asyncio.create_task(switch()))
+        return "will do"
+
+    model = ScriptedModel([ToolUseBlock(id="u1", name="unlock_later"), "done"])
+    agent = holder["agent"] = ReActAgent(
+        "bot", model=model, toolkit=extra_toolkit(unlock_later), state_store=InMemoryStateStore()
+    )
+    await asyncio.wait_for(agent.call("go", CTX), 10)
+    assert agent.running_call(CTX) is None
+    assert await asyncio.wait_for(later[0], 10) == ["extra"]
+    assert (await agent.get_state("u", "s")).active_groups == ["extra"], "saved, not lost with the ended call"
+
+
+async def test_switching_a_group_through_another_agent_holding_the_same_session_fails_at_once() -> None:
+    store = InMemoryStateStore()
+    holder: dict[str, ReActAgent] = {}
+    outcome: list[BaseException] = []
+
+    @tool(read_only=True)
+    async def unlock(ctx: RuntimeContext) -> str:
+        """Unlock through the twin (another instance with the same state_key)."""
+        try:
+            await asyncio.wait_for(holder["twin"].deactivate_group(ctx, "extra"), 5)
+        except (SessionBusyError, TimeoutError) as exc:
+            outcome.append(exc)
+        return "tried"
+
+    model = ScriptedModel([ToolUseBlock(id="u1", name="unlock"), "done"])
+    agent = ReActAgent("bot", model=model, toolkit=extra_toolkit(unlock), state_store=store, state_key="shared")
+    holder["twin"] = ReActAgent(
+        "twin", model=ScriptedModel([]), toolkit=extra_toolkit(unlock), state_store=store, state_key="shared"
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(agent.call("go", CTX), 10)
+    [error] = outcome
+    assert isinstance(error, SessionBusyError) and "'bot'" in str(error), error  # not a timeout: at once
+    assert loop.time() - started < 2
+    assert await holder["twin"].activate_group(CTX, "extra") == ["extra"], "from outside the call it works"
+
+
 # -- external tools ---------------------------------------------------------------------------------------
 async def test_external_result_event_carries_the_reply_id_of_the_call_that_asked() -> None:
     @tool(external=True)
@@ -102,12 +169,62 @@ async def test_external_result_event_carries_the_reply_id_of_the_call_that_asked
     assert isinstance(second[-1], ev.RunFinished) and second[-1].msg.generate_reason is GenerateReason.STOP
 
 
+async def test_results_returned_one_resume_at_a_time_carry_the_reply_id_of_the_request_that_listed_them() -> None:
+    """Two external calls answered in two resumes (with a local call run at once): each result event carries
+    the reply id of the latest request event that listed its call, never the resuming call's own id."""
+
+    @tool(external=True)
+    async def pick_file(kind: str) -> str:
+        """Runs on the client."""
+        raise AssertionError("never runs here")
+
+    @tool(read_only=True)
+    async def now() -> str:
+        """The time."""
+        return "noon"
+
+    calls = [
+        ToolUseBlock(id="x1", name="pick_file", input={"kind": "a"}),
+        ToolUseBlock(id="x2", name="pick_file", input={"kind": "b"}),
+        ToolUseBlock(id="t1", name="now"),
+    ]
+    model = ScriptedModel([calls, "got both"])
+    agent = ReActAgent("bot", model=model, toolkit=Toolkit([pick_file, now]), state_store=InMemoryStateStore())
+
+    def requested(events: list[ev.AgentEvent]) -> dict[str, str]:
+        return {c.id: e.reply_id for e in events if isinstance(e, ev.RequireExternalExecution) for c in e.tool_calls}
+
+    def returned(events: list[ev.AgentEvent]) -> ev.ExternalExecutionResult:
+        [result] = [e for e in events if isinstance(e, ev.ExternalExecutionResult)]
+        return result
+
+    first = [e async for e in agent.stream_events("pick two", CTX)]
+    asked = requested(first)
+    assert sorted(asked) == ["x1", "x2"]
+    second = [
+        e
+        async for e in agent.stream_events(
+            Msg.tool_results(ToolResultBlock(id="x1", name="pick_file", output="A")), CTX
+        )
+    ]
+    assert returned(second).reply_id == asked["x1"] != second[0].reply_id
+    asked.update(requested(second))  # x2 is listed again by the call that paused once more
+    last = [
+        e
+        async for e in agent.stream_events(
+            Msg.tool_results([ToolResultBlock(id="x2", name="pick_file", output="B")]), CTX
+        )
+    ]
+    assert returned(last).reply_id == asked["x2"] != last[0].reply_id
+    assert isinstance(last[-1], ev.RunFinished) and last[-1].msg.text == "got both"
+
+
 def test_msg_tool_results_and_msg_user_refuse_non_text_content() -> None:
     block = ToolResultBlock(id="c1", name="t", output="x")
     msg = Msg.tool_results([block])
     assert msg.role == "user" and msg.content == [block]
     with pytest.raises(InvalidTypeError, match=r"Msg\.tool_results"):
-        Msg.user([block])  # type: ignore[arg-type]
+        Msg.user([block])  # type: ignore[list-item]
     with pytest.raises(InvalidTypeError):
         Msg.tool_results(["not a block"])  # type: ignore[list-item]
     with pytest.raises(UserError):
@@ -144,6 +261,29 @@ def test_a_rule_naming_no_registered_tool_is_reported_at_construction(caplog: py
         )
     warned = [r.getMessage() for r in caplog.records if "matches no registered tool" in r.getMessage()]
     assert len(warned) == 1 and "'shell'" in warned[0] and "run_command" in warned[0]
+
+
+def test_rules_naming_the_tools_the_agent_adds_itself_are_not_reported() -> None:
+    """The task list, compress_context and the meta tool are offered by the agent, not the toolkit: rules on
+    them apply, so strict mode builds and nothing is logged."""
+    from agentrt.memory import ContextConfig
+    from agentrt.permission import PermissionContext, PermissionRule
+
+    rules = [
+        PermissionRule(tool="todo_write", decision=Decision.DENY),
+        PermissionRule(tool="compress_context", decision=Decision.ASK),
+        PermissionRule(tool="manage_*", decision=Decision.ASK),
+    ]
+    ReActAgent(
+        "bot",
+        model=ScriptedModel([]),
+        permission=PermissionContext(rules=rules, strict=True),
+        enable_task_list=True,
+        enable_meta_tool=True,
+        context=ContextConfig(expose_tool=True),
+    )
+    with pytest.raises(UserError, match="'todo_write'"):
+        ReActAgent("bot", model=ScriptedModel([]), permission=PermissionContext(rules=rules[:1], strict=True))
 
 
 def test_strict_permissions_refuse_a_rule_naming_no_registered_tool() -> None:

@@ -167,7 +167,9 @@ async def test_summary_prompt_keeps_numbers_names_identifiers_and_conclusions(ma
     assert "revenue=12500000 EUR; invoice INV-2023-0042" in text
     assert "[result of sql_query (call q1, success)]" in text
     assert TASK in text
-    assert request.options.max_tokens == 2048
+    # summary_max_tokens (2048) at most, and never more than the window leaves after the request
+    assert request.options.max_tokens is not None and request.options.max_tokens <= 2048
+    assert count_tokens(request.messages, summary) + request.options.max_tokens <= 3000
 
 
 async def test_summary_model_defaults_to_the_agents_model_and_its_usage_is_counted(make_agent: MakeAgent) -> None:

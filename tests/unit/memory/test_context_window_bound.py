@@ -36,7 +36,7 @@ from agentrt import (
 from agentrt import events as ev
 from agentrt.errors import ContextWindowExceededError
 from agentrt.memory import ContextConfig
-from agentrt.memory.compression import render_summary
+from agentrt.memory.compression import SUMMARY_PROMPT, render_summary
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.model.tokens import TokenCounter, count_tokens, estimate_text_tokens
 from agentrt.state import InMemoryStateStore
@@ -139,14 +139,12 @@ class Conversation:
         self.usable = config.max_tokens - config.reserve_output_tokens
         self.plan: list[Any] = []
         self.ids = itertools.count()
+        self.max_tokens = config.max_tokens
+        self.summary, self.summary_size, self.cjk_summary = summary, summary_size, cjk_summary
         self.model = ScriptedModel.from_function(self.reply)
-        self.summary_model = ScriptedModel.from_function(
-            lambda request: (
-                RuntimeError("summary service down")
-                if summary == "fails"
-                else "Summary: " + filler(summary_size, cjk_summary)
-            ),
-            name="summariser",
+        # "own": the agent's model writes the summaries too (the default when no summary model is given)
+        self.summary_model = (
+            None if summary == "own" else ScriptedModel.from_function(self.summarise, name="summariser")
         )
         self.toolkit = Toolkit([fetch])
         self.agent = ReActAgent(
@@ -158,8 +156,27 @@ class Conversation:
             summary_model=self.summary_model,
             state_store=InMemoryStateStore(),
         )
+        self.summaries = 0
+        self.oversized: list[tuple[int, int]] = []
+
+    def summarise(self, request: ModelRequest) -> Any:
+        """A summary call: it fits the window too, with room for the summary it asks for.
+
+        Recorded, not asserted here: the compressor catches a failing summary call.
+        """
+        model = self.summary_model or self.model
+        size = self.counter.count(request.messages, model)
+        room = request.options.max_tokens or 0
+        if size > self.usable or size + room > self.max_tokens:
+            self.oversized.append((size, room))
+        self.summaries += 1
+        if self.summary == "fails":
+            return RuntimeError("summary service down")
+        return "Summary: " + filler(self.summary_size, self.cjk_summary)
 
     def reply(self, request: ModelRequest) -> Any:
+        if request.messages and request.messages[0].text == SUMMARY_PROMPT:
+            return self.summarise(request)
         size = self.counter.count(request.messages, self.model, tools=request.tools)
         assert size <= self.usable, f"a request of {size} tokens for a budget of {self.usable}"
         check_pairs(request.messages)
@@ -179,7 +196,7 @@ class Conversation:
 
     async def play(self, turn: Turn, streaming: bool) -> None:
         self.plan = [*turn.steps, turn.answer]
-        before, summaries = len(self.model.requests), len(self.summary_model.requests)
+        before, summaries = len(self.model.requests), self.summaries
         msg = Msg.user(turn.text)
         fits = self.floor(msg) <= self.usable
         error: ContextWindowExceededError | None = None
@@ -195,14 +212,15 @@ class Conversation:
         state = await self.agent.get_state("u", "s")
         if fits:
             assert error is None, f"a message that fits alone was refused: {error}"
-            first = self.model.requests[before]
+            first = next(r for r in self.model.requests[before:] if r.messages[0].text != SUMMARY_PROMPT)
             assert first.messages[-1].text == turn.text, "the newest message is sent whole"
-            assert len(self.model.requests) - before == len(turn.steps) + 1
+            main = [r for r in self.model.requests[before:] if r.messages[0].text != SUMMARY_PROMPT]
+            assert len(main) == len(turn.steps) + 1
             event("fits")
         else:
             assert error is not None, "a message that cannot fit was sent"
             assert len(self.model.requests) == before, "refused before any model call"
-            assert len(self.summary_model.requests) == summaries, "refused before any summary call"
+            assert self.summaries == summaries, "refused before any summary call"
             assert error.body["budget"] == self.usable
             assert error.body["message_tokens"] > 0 and f"{self.usable:,} tokens" in str(error)
             assert state.messages[-1].id == msg.id, "the refused message stays in the session"
@@ -212,13 +230,14 @@ class Conversation:
                 assert "ContextWindowExceeded" in last.error_type
             event("refused")
         assert any(m.id == msg.id for m in state.messages), "nothing is lost from the session"
+        assert not self.oversized, f"summary requests (tokens, max_tokens) over {self.usable}/{self.max_tokens}"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     config=configs(),
     conversation=st.lists(turns(), min_size=1, max_size=8),
-    summary=st.sampled_from(["works", "fails"]),
+    summary=st.sampled_from(["works", "fails", "own"]),
     summary_size=st.integers(10, 3000),
     cjk_summary=st.booleans(),
     streaming=st.lists(st.booleans(), min_size=8, max_size=8),
@@ -354,3 +373,51 @@ def test_the_summary_is_rendered_within_its_budget(
         # the first request is kept verbatim, or cut to a head and a tail, or (last of all) left out
         if first and "first request" in text:
             assert f"(verbatim):\n{first}" in text or "cut from the middle of this text" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# the summary call is a request too
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_tokens", [800, 2000])
+async def test_a_summary_request_fits_the_window_of_the_agents_own_model(max_tokens: int) -> None:
+    """Rounds with big tool results are cut to fit the summariser's window, with room left for the summary."""
+    counter = TokenCounter()
+    sizes: list[tuple[int, int]] = []
+
+    def reply(request: ModelRequest) -> Any:
+        if request.messages[0].text == SUMMARY_PROMPT:
+            sizes.append((counter.count(request.messages, model), request.options.max_tokens or 0))
+            return "Summary: pages fetched."
+        if request.messages[-1].role == "user" and request.messages[-1].text.startswith("read"):
+            return [ToolUseBlock(id=f"c{len(model.requests)}", name="fetch", input={"size": max_tokens * 6})]
+        return "read."
+
+    model = ScriptedModel.from_function(reply)
+    config = ContextConfig(max_tokens=max_tokens, reserve_output_tokens=100, keep_recent_rounds=1, counter=counter)
+    agent = ReActAgent(
+        "bot", SYS, model=model, toolkit=Toolkit([fetch]), context=config, state_store=InMemoryStateStore()
+    )
+    for i in range(5):
+        await agent.call(f"read page {i}", CTX)
+
+    assert sizes, "older rounds are summarised by the agent's own model"
+    for size, room in sizes:
+        assert size <= max_tokens - 100, f"a summary request of {size} tokens"
+        assert room >= 1 and size + room <= max_tokens, "the summary's max_tokens fits what the window leaves"
+
+
+async def test_no_summary_call_when_the_summariser_prompt_cannot_fit(caplog: pytest.LogCaptureFixture) -> None:
+    """A window smaller than the summariser's own instructions: older rounds are dropped with a digest instead."""
+    model = ScriptedModel.from_function(lambda request: "ok, noted.")
+    config = ContextConfig(max_tokens=300, reserve_output_tokens=50, counter=TokenCounter())
+    agent = ReActAgent("bot", SYS, model=model, context=config, state_store=InMemoryStateStore())
+    with caplog.at_level(logging.WARNING, "agentrt.memory"):
+        for i in range(30):
+            await agent.call(f"message {i} " + filler(60, i % 2 == 0), CTX)
+
+    assert all(r.messages[0].text != SUMMARY_PROMPT for r in model.requests), "no summary request over the window"
+    assert all(count_tokens(r.messages, model) <= 250 for r in model.requests)
+    state = await agent.get_state("u", "s")
+    assert state.summary_index > 40, "older rounds left the view"
+    assert state.metadata["agentrt.context"]["omitted"], "with a digest line, not a summary"
+    assert "cannot hold" in caplog.text or "even cut" in caplog.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pydantic
@@ -238,3 +238,57 @@ async def test_results_follow_call_order_even_with_duplicate_ids() -> None:
     calls = [ToolUseBlock(id="same", name="echo", input={"v": v}) for v in (1, 2, 3)]
     results = await executor(Toolkit([echo])).execute_all(calls)
     assert [r.output for r in results] == ["1", "2", "3"]
+
+
+# -- names providers accept ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tool(lambda q: q),
+        lambda: tool()(lambda q: q),
+        lambda: Toolkit([lambda q: q]),
+        lambda: Toolkit().register(lambda q: q),
+        lambda: Tool.from_function(lambda q: q),
+    ],
+)
+def test_a_lambda_without_a_name_is_refused_with_the_fix(make: Callable[[], Any]) -> None:
+    with pytest.raises(ToolDefinitionError, match=r"'<lambda>'.*pass a name, e\.g\. tool\(fn, name="):
+        make()
+
+
+async def handler(args: Mapping[str, Any], ctx: RuntimeContext) -> None:
+    return None
+
+
+@pytest.mark.parametrize("name", ["<lambda>", "my tool", "a/b", "", "x" * 129])
+def test_an_explicit_name_providers_reject_is_refused_however_it_is_given(name: str) -> None:
+    ok = tool(name="ok")(lambda q: q)
+    makers: list[Callable[[], object]] = [
+        lambda: tool(name=name)(lambda q: q),
+        lambda: Toolkit().register(lambda q: q, name=name),
+        lambda: Tool.from_handler(name, "d", {"type": "object"}, handler),
+        lambda: ok.copy(name=name),
+    ]
+    for make in makers:
+        with pytest.raises(ToolDefinitionError, match="letters, digits"):
+            make()
+
+
+def test_a_lambda_with_a_name_and_other_callables_get_sensible_names() -> None:
+    import functools
+
+    def lookup(q: str) -> str:
+        return q
+
+    class Finder:
+        def __call__(self, q: str) -> str:
+            return q
+
+    toolkit = Toolkit()
+    toolkit.register(lambda q: q, name="echo")
+    assert tool(functools.partial(lookup)).name == "lookup"
+    assert tool(Finder()).name == "Finder"
+    assert tool(Finder(), name="find").name == "find"
+    assert toolkit.names() == ["echo"]
