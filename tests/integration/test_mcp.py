@@ -156,7 +156,7 @@ def process_gone(pid: int) -> bool:
 # --------------------------------------------------------------------------------------------------
 async def test_stdio_registration_names_schemas_and_annotations(markers: Path) -> None:
     toolkit = Toolkit()
-    client = demo_stdio(markers)
+    client = demo_stdio(markers, trust_annotations=True)  # a vetted server: its hints are believed
     tools = await toolkit.register_mcp(client)
     try:
         assert client.name == "Demo_Server"  # the reported name "Demo Server!", sanitised
@@ -438,7 +438,9 @@ async def test_stdio_server_killed_during_a_call(markers: Path) -> None:
 
 async def test_streamable_http_calls_progress_cancel_and_server_restart(http_server: HttpServer, markers: Path) -> None:
     toolkit = Toolkit()
-    client = McpClient.http(http_server.url, headers={"X-Test": "1"}, reconnect_delays=(0, 0.1, 0.2))
+    client = McpClient.http(
+        http_server.url, headers={"X-Test": "1"}, reconnect_delays=(0, 0.1, 0.2), trust_annotations=True
+    )
     await toolkit.register_mcp(client)
     try:
         assert client.name == "Demo_Server" and client.transport == "http"
@@ -654,7 +656,9 @@ SERVE_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(HERE)]), "AGE
 
 async def test_agentrt_mcp_serve_toolkit_round_trip() -> None:
     toolkit = Toolkit()
-    client = McpClient.stdio(sys.executable, serve_args("toolkit"), env=SERVE_ENV, cwd=str(HERE))
+    client = McpClient.stdio(
+        sys.executable, serve_args("toolkit"), env=SERVE_ENV, cwd=str(HERE), trust_annotations=True
+    )
     tools = await toolkit.register_mcp(client)
     try:
         assert client.name == "agentrt"

@@ -140,7 +140,7 @@ async def test_http_server_restart_on_the_same_port(http_server: EverythingHttp)
         await asyncio.Event().wait()  # never answers: the server dies first
         raise AssertionError("unreachable")
 
-    client = McpClient.http(http_server.url, name="everything", elicitation_handler=human)
+    client = McpClient.http(http_server.url, name="everything", elicitation_handler=human, trust_annotations=True)
     toolkit = Toolkit()
     await toolkit.register_mcp(client)
     get_env = toolkit.get(E + "get-env")

@@ -132,6 +132,7 @@ class McpOptions(TypedDict, total=False):
     sampling_approval: bool | SamplingApproval
     elicitation_handler: ElicitationHandler | None
     elicitation_timeout: float | None
+    trust_annotations: bool
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,6 +304,10 @@ class McpClient:
         elicitation_timeout: Seconds a question put to the run's human waits for the answer,
             then it is cancelled (None: until the call ends). While it waits, the tool call's own
             timeout stands still.
+        trust_annotations: Take the server's ``readOnlyHint`` and ``idempotentHint`` at their
+            word (False, the default: an MCP server is untrusted, as the MCP specification says, so
+            its tools are neither read-only nor idempotent to the permission engine, whatever the
+            server claims; ``destructiveHint`` is always honoured, since it only adds caution).
     """
 
     __slots__ = (
@@ -330,6 +335,7 @@ class McpClient:
         "reconnect_delays",
         "reconnects",
         "timeout",
+        "trust_annotations",
     )
 
     def __init__(
@@ -349,6 +355,7 @@ class McpClient:
         sampling_approval: bool | SamplingApproval = False,
         elicitation_handler: ElicitationHandler | None = None,
         elicitation_timeout: float | None = DEFAULT_ELICITATION_TIMEOUT,
+        trust_annotations: bool = False,
     ) -> None:
         if timeout is not None and timeout <= 0:
             raise UserError(f"McpClient timeout must be positive or None, not {timeout!r}")
@@ -370,6 +377,10 @@ class McpClient:
         self.reconnect_delays = tuple(reconnect_delays)
         self.reconnects = 0
         """How many times the connection was replaced after it died."""
+        if not isinstance(trust_annotations, bool):
+            raise UserError(f"McpClient trust_annotations must be True or False, not {trust_annotations!r}")
+        self.trust_annotations = trust_annotations
+        """Whether the server's read-only and idempotent hints decide permissions (see the class)."""
         self._conn: _Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None

@@ -167,11 +167,16 @@ def _build_tools(
                 n += 1
         used.add(name)
         notes = spec.annotations
-        read_only = bool(notes is not None and notes.read_only_hint is True)
+        # The server is untrusted: hints that would loosen a check count only when the application
+        # trusts this server. The retry of a lost call still follows the hints (the server's own
+        # tool is the one re-run), as does destructiveHint, which only adds caution.
+        claims_read_only = bool(notes is not None and notes.read_only_hint is True)
+        claims_idempotent = bool(notes is not None and notes.idempotent_hint is True)
+        read_only = claims_read_only and client.trust_annotations
+        idempotent = claims_idempotent and client.trust_annotations
         # MCP's default for destructiveHint is true (for tools that are not read-only); we only trust
         # an explicit hint, so unannotated servers do not ask for approval on every call.
-        destructive = bool(notes is not None and notes.destructive_hint is True and not read_only)
-        idempotent = bool(notes is not None and notes.idempotent_hint is True)
+        destructive = bool(notes is not None and notes.destructive_hint is True and not claims_read_only)
         parameters: dict[str, Any] = dict(spec.input_schema or {})
         parameters.setdefault("type", "object")
         if parameters.get("type") == "object":
@@ -181,7 +186,7 @@ def _build_tools(
             name=name,
             description=description or f"Tool {spec.name!r} of MCP server {server!r}.",
             parameters=parameters,
-            handler=_make_handler(client, spec.name, name, retry_safe=read_only or idempotent),
+            handler=_make_handler(client, spec.name, name, retry_safe=claims_read_only or claims_idempotent),
             read_only=read_only,
             destructive=destructive,
             idempotent=idempotent,

@@ -45,7 +45,7 @@ def test_mcp_errors_and_structured_output_error_join_the_tree() -> None:
 
 
 def test_server_tools_become_typed_mcp_tools() -> None:
-    client = McpClient.stdio("python", ["server.py"], name="notes")
+    client = McpClient.stdio("python", ["server.py"], name="notes", trust_annotations=True)
     spec = mcp_types.Tool(
         name="add_note",
         description="Add a note.",
