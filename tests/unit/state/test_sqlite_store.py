@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,35 @@ async def test_wal_mode_and_schema_version(tmp_path: Path) -> None:
     conn.close()
 
 
-async def test_append_touches_only_new_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["worker", "inline"])
+async def test_append_touches_only_new_rows(tmp_path: Path, inline: bool) -> None:
     async with SqliteStateStore(tmp_path / "s.db") as store:
         rev = await _seed(store, 500)
+        if inline:  # small appends run on the caller's thread, on the inline connection
+            runner = store._inline
+            assert runner is not None
+            assert await store.load("u", "none") is None  # a small read: opens it
+            conn = runner._conn
+            assert conn is not None
+
+            async def on_conn(fn: Callable[[sqlite3.Connection], Any]) -> Any:
+                return fn(conn)
+        else:
+            store._inline = None
+
+            async def on_conn(fn: Callable[[sqlite3.Connection], Any]) -> Any:
+                return await store._call(fn)
+
         statements: list[str] = []
-        await store._call(lambda conn: conn.set_trace_callback(statements.append))
-        before = await store._call(lambda conn: conn.total_changes)
+        await on_conn(lambda conn: conn.set_trace_callback(statements.append))
+        before = await on_conn(lambda conn: conn.total_changes)
         rev = await store.append("u", "s", [Msg.assistant("a"), Msg.user("b")], expected_revision=rev)
-        after = await store._call(lambda conn: conn.total_changes)
+        after = await on_conn(lambda conn: conn.total_changes)
         assert after - before == 3, "two message inserts plus one session update, nothing else"
         before = after
         rev = await store.append("u", "s", [Msg.assistant("c")], fields={"summary": "s"}, expected_revision=rev)
-        assert await store._call(lambda conn: conn.total_changes) - before == 2
-        await store._call(lambda conn: conn.set_trace_callback(None))
+        assert await on_conn(lambda conn: conn.total_changes) - before == 2
+        await on_conn(lambda conn: conn.set_trace_callback(None))
         touching_messages = [s for s in statements if "messages" in s and not s.startswith("INSERT")]
         assert touching_messages == [], f"appends must not read or rewrite stored messages: {touching_messages}"
         state = await store.load("u", "s")
@@ -220,12 +237,114 @@ async def test_work_runs_on_one_dedicated_thread(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(sqlite_module, "_append", append)
     monkeypatch.setattr(sqlite_module, "_load", load)
-    async with SqliteStateStore(tmp_path / "s.db") as store:
+    # FULL fsyncs every commit: nothing runs on the caller's thread then.
+    async with SqliteStateStore(tmp_path / "s.db", synchronous="FULL") as store:
         await store.append("u", "s", [Msg.user("hi")], expected_revision=0)
+        await store.append("u", "s", [Msg.user("again")], expected_revision=1)
         await store.load("u", "s")
         await asyncio.to_thread(lambda: None)  # the default executor is not the store's thread
-    assert len(threads) == 2 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    assert len(threads) == 3 and len(set(threads)) == 1 and threads[0] != threading.get_ident()
     assert not any(t.ident == threads[0] for t in threading.enumerate()), "close must stop the worker thread"
+
+
+def _record_threads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Patch the operations to record (name, thread) of each run."""
+    seen: list[tuple[str, int]] = []
+    for name in ("_append", "_load", "_load_small"):
+        original = getattr(sqlite_module, name)
+
+        def wrapped(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            seen.append((_name, threading.get_ident()))
+            return _original(*args)
+
+        monkeypatch.setattr(sqlite_module, name, wrapped)
+    return seen
+
+
+async def test_small_operations_run_on_the_callers_thread_large_ones_on_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _record_threads(monkeypatch)
+    here = threading.get_ident()
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        rev = await store.append("u", "s", [Msg.user("first")], expected_revision=0)  # opens the database
+        seen.clear()
+        rev = await store.append("u", "s", [Msg.user("small")], expected_revision=rev)
+        assert await store.load("u", "s") is not None
+        rev = await store.append("u", "s", [Msg.user("x" * 70_000)], expected_revision=rev)  # > 64 KiB
+        rev = await store.append("u", "s", [Msg.user(str(i)) for i in range(40)], expected_revision=rev)
+        state = await store.load("u", "s")  # 43 messages: more than a read on the caller's thread decodes
+        assert state is not None and len(state.messages) == 43
+    assert [(name, thread == here) for name, thread in seen] == [
+        ("_append", True),
+        ("_load_small", True),
+        ("_append", False),
+        ("_append", True),
+        ("_load_small", True),  # it looked, found 43 messages and left the read to the worker
+        ("_load", False),
+    ]
+
+
+async def test_another_writer_holding_the_lock_never_blocks_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        rev = await store.append("u", "s", [Msg.user("first")], expected_revision=0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process writing
+        try:
+            task = asyncio.ensure_future(store.append("u", "s", [Msg.user("second")], expected_revision=rev))
+            ticks = 0
+            while ticks < 50:  # the append waits on the worker; the loop keeps running
+                await asyncio.sleep(0)
+                ticks += 1
+            assert not task.done()
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        assert await task == rev + 1
+        state = await store.load("u", "s")
+        assert state is not None and [m.text for m in state.messages] == ["first", "second"]
+
+
+async def test_operations_keep_their_order_behind_a_queued_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    original = sqlite_module._delete
+    order: list[str] = []
+
+    def slow_delete(*args: Any) -> bool:
+        release.wait(5)
+        order.append("delete")
+        return original(*args)
+
+    monkeypatch.setattr(sqlite_module, "_delete", slow_delete)
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        await store.append("u", "gone", [Msg.user("x")], expected_revision=0)
+        deleting = asyncio.ensure_future(store.delete("u", "gone"))
+        await asyncio.sleep(0)  # the delete is queued on the worker and waits
+        # Issued after the delete: a small append that must not overtake it.
+        appending = asyncio.ensure_future(store.append("u", "gone", [Msg.user("new")], expected_revision=0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not appending.done(), "it waits behind the queued delete"
+        release.set()
+        assert await deleting is True
+        assert await appending == 1
+    assert order == ["delete"]
+
+
+async def test_inline_commits_ask_the_worker_to_checkpoint(tmp_path: Path) -> None:
+    from agentrt.state.stores import _sqlite_inline
+
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        rev = await store.append("u", "s", [Msg.user("0")], expected_revision=0)
+        checkpoints: list[int] = []
+        await store._call(
+            lambda conn: conn.set_trace_callback(lambda sql: checkpoints.append(1) if "checkpoint" in sql else None)
+        )
+        for i in range(_sqlite_inline.CHECKPOINT_EVERY + 1):
+            rev = await store.append("u", "s", [Msg.user(str(i))], expected_revision=rev)
+        await store._call(lambda conn: conn.set_trace_callback(None))
+    assert checkpoints, "the WAL of inline commits is checkpointed by the worker"
 
 
 async def test_event_loop_keeps_running_during_a_slow_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -451,3 +570,16 @@ async def test_sessions_of_agents_are_rows_of_their_own(tmp_path: Path) -> None:
             ("beta", 2),
         ]
     conn.close()
+
+
+async def test_inline_false_keeps_every_operation_on_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _record_threads(monkeypatch)
+    async with SqliteStateStore(tmp_path / "s.db", inline=False) as store:
+        rev = await store.append("u", "s", [Msg.user("first")], expected_revision=0)
+        await store.append("u", "s", [Msg.user("small")], expected_revision=rev)
+        assert await store.load("u", "s") is not None
+    assert len(seen) == 3 and all(thread != threading.get_ident() for _, thread in seen)
+    with pytest.raises(ValueError, match="inline"):
+        SqliteStateStore(tmp_path / "x.db", inline="yes")  # type: ignore[arg-type]

@@ -18,10 +18,12 @@ Version 1 databases (sessions without an agent) are migrated in place when first
 are rebuilt with ``agent = ''`` (the legacy namespace) in one ``BEGIN IMMEDIATE`` transaction, so a
 second process opening the file meanwhile waits and then finds version 2.
 
-Every operation is one function call on the store's single worker thread (one thread hop, one
-transaction), so the event loop never blocks on disk I/O. `append` inserts only the new message rows
-and updates the session row in one ``BEGIN IMMEDIATE`` transaction: its cost does not grow with the
-length of the conversation.
+Every operation is one function call and one transaction on the store's single worker thread, so
+the event loop never waits for disk I/O or for another process's write lock; small ones (an append
+of a few KiB, a read of a few messages) run on the caller's thread instead when nothing is queued
+and the write lock is free (see `_sqlite_inline`): a thread hop costs more than such a write.
+`append` inserts only the new message rows and updates the session row in one ``BEGIN IMMEDIATE``
+transaction: its cost does not grow with the length of the conversation.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from agentrt.state.base import (
     check_since_index,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
+from agentrt.state.stores._sqlite_inline import InlineRunner, TooLarge
 
 __all__ = ["DEFAULT_PATH", "SqliteStateStore"]
 
@@ -99,6 +102,10 @@ ALTER TABLE messages_v2 RENAME TO messages;
 _T = TypeVar("_T")
 _Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 _MAX_BATCH = 256
+_INLINE_MAX_BYTES = 64 * 1024
+"""The largest append (encoded messages) run on the caller's thread."""
+_INLINE_MAX_MESSAGES = 32
+"""The most messages a read on the caller's thread decodes (more: the worker reads them)."""
 
 
 def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -126,6 +133,11 @@ class SqliteStateStore(BaseStateStore):
 
         synchronous: SQLite's ``PRAGMA synchronous`` for this store's connection: ``"NORMAL"`` (the
             default), ``"FULL"``, ``"EXTRA"`` or ``"OFF"``.
+        inline: Run small operations (an append of at most 64 KiB, a read of at most 32 messages)
+            on the caller's thread when the worker has nothing queued and no other process holds
+            the write lock (never waiting for it), instead of hopping to the worker thread and
+            back, which costs more than such a write. Only with ``NORMAL`` or ``OFF`` (a commit
+            is then a write to the OS page cache, no fsync). False: every operation on the worker.
 
     Durability (WAL mode): with ``synchronous="NORMAL"`` a commit is written to the WAL file but not
     fsynced (the WAL is synced only at checkpoints), so a committed write survives a crash of the
@@ -148,6 +160,7 @@ class SqliteStateStore(BaseStateStore):
         *,
         busy_timeout: float = 5.0,
         synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL",
+        inline: bool = True,
     ) -> None:
         mode = str(synchronous).upper()
         if mode not in _SYNCHRONOUS:
@@ -168,6 +181,11 @@ class SqliteStateStore(BaseStateStore):
         self._used = False
         self._closed = False
         self._has_legacy = False
+        # Commits that fsync (FULL, EXTRA) never run on the caller's thread; ":memory:" is per connection.
+        if not isinstance(inline, bool):
+            raise ValueError(f"inline must be True or False, not {inline!r}")
+        inline = inline and self._path != ":memory:" and mode in ("NORMAL", "OFF")
+        self._inline = InlineRunner(self._path, mode) if inline else None
 
     @property
     def path(self) -> str:
@@ -183,13 +201,15 @@ class SqliteStateStore(BaseStateStore):
     # -- store protocol -------------------------------------------------------------------
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
-        return await self._call(_load, check_agent(agent), user_id, session_id)
+        return await self._call_small(_load_small, _load, check_agent(agent), user_id, session_id, write=False)
 
     async def load_view(
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:
         """The session with the messages from `since_index` on (``WHERE seq >= ?``), or None."""
-        return await self._call(_load_view, check_agent(agent), user_id, session_id, check_since_index(since_index))
+        since = check_since_index(since_index)
+        args = (check_agent(agent), user_id, session_id, since)
+        return await self._call_small(_load_view_small, _load_view, *args, write=False)
 
     async def append(
         self,
@@ -207,7 +227,10 @@ class SqliteStateStore(BaseStateStore):
         # Encoded here, on the caller's thread: the write stores the values as they are now.
         bodies = _encode_messages(messages)
         changed = encode_fields(fields) if fields else None
-        return await self._call(_append, agent, user_id, session_id, bodies, changed, expected_revision)
+        args = (agent, user_id, session_id, bodies, changed, expected_revision)
+        if sum(map(len, bodies)) <= _INLINE_MAX_BYTES:
+            return await self._call_small(_append, _append, *args, write=True)
+        return await self._call(_append, *args)
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
         """Replace the session's state and messages."""
@@ -248,6 +271,8 @@ class SqliteStateStore(BaseStateStore):
         """Close the database connection and stop the worker thread (idempotent)."""
         if self._closed:
             return
+        if self._inline is not None:
+            self._inline.close()
         if self._thread is None:
             self._closed = True
             return
@@ -261,17 +286,35 @@ class SqliteStateStore(BaseStateStore):
                 await asyncio.to_thread(thread.join)
 
     # -- worker thread --------------------------------------------------------------------
+    async def _call_small(self, small: Callable[..., _T], fn: Callable[..., _T], *args: Any, write: bool) -> _T:
+        """`small` on this thread when it may run inline (see `_sqlite_inline`), else `fn` on the worker."""
+        runner = self._inline
+        if runner is not None and self._conn is not None and not self._closed:
+            done, value, checkpoint_due = runner.run(small, args, write=write)
+            if done:
+                self._used = True
+                if checkpoint_due:
+                    self._enqueue(_checkpoint, ())
+                result: _T = value
+                return result
+        return await self._call(fn, *args)
+
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise StateStoreError(f"{self!r} is closed")
         self._used = True
+        return await self._enqueue(fn, args)
+
+    def _enqueue(self, fn: Callable[..., _T], args: tuple[Any, ...]) -> asyncio.Future[_T]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="agentrt-sqlite", daemon=True)
             self._thread.start()
+        if self._inline is not None:
+            self._inline.queued()
         self._queue.put((fn, args, loop, future))
-        return await future
+        return future
 
     def _work(self) -> None:
         # Runs queued jobs in order. Appends that queued up while the previous batch ran share one
@@ -293,6 +336,8 @@ class SqliteStateStore(BaseStateStore):
                     break
                 batch.append(nxt)
             outcomes = self._run_batch(batch)
+            if self._inline is not None:
+                self._inline.finished(len(batch))
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
             for (_fn, _args, loop, future), outcome in zip(batch, outcomes, strict=True):
                 by_loop.setdefault(loop, []).append((future, *outcome))
@@ -313,7 +358,7 @@ class SqliteStateStore(BaseStateStore):
                 outcomes.extend(self._run_appends(batch[i:j]))
                 i = j
                 continue
-            fn, args, _loop, _future = batch[i]
+            fn, args = batch[i][:2]
             outcomes.append(self._attempt(fn, args))
             i += 1
         return outcomes
@@ -323,8 +368,8 @@ class SqliteStateStore(BaseStateStore):
             conn = self._conn if self._conn is not None else self._connect()
             conn.execute("BEGIN IMMEDIATE")
         except (sqlite3.Error, StateStoreError):
-            return [self._attempt(fn, args) for fn, args, _loop, _future in jobs]  # one by one
-        outcomes = [self._attempt(fn, args) for fn, args, _loop, _future in jobs]
+            return [self._attempt(job[0], job[1]) for job in jobs]  # one by one
+        outcomes = [self._attempt(job[0], job[1]) for job in jobs]
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -469,7 +514,26 @@ def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -
     return None if view is None else view.state
 
 
-def _load_view(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int) -> StateView | None:
+def _load_small(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES)
+    return None if view is None else view.state
+
+
+def _load_view_small(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int
+) -> StateView | None:
+    return _load_view(conn, agent, user_id, session_id, since, limit=_INLINE_MAX_MESSAGES)
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    """A passive WAL checkpoint (the inline connection never checkpoints itself)."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+def _load_view(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int, limit: int | None = None
+) -> StateView | None:
     key = (agent, user_id, session_id)
     with _transaction(conn, write=False):
         row = conn.execute(
@@ -477,6 +541,8 @@ def _load_view(conn: sqlite3.Connection, agent: str, user_id: str, session_id: s
         ).fetchone()
         if row is None:
             return None
+        if limit is not None and int(row[2]) - min(since, int(row[2])) > limit:
+            raise TooLarge
         if since:
             rows = conn.execute(
                 f"SELECT seq, body FROM messages WHERE {_KEY} AND seq >= ? ORDER BY seq", (*key, since)
