@@ -49,15 +49,19 @@ class CommandPaths:
 
 @dataclass(slots=True)
 class _Walk:
-    """What expanding globs may still cost: directory entries read and time (it runs on the event loop)."""
+    """What expanding globs may still cost: directory entries read and time (it runs on the event loop).
+
+    Time is this thread's CPU time, not the wall clock: a busy machine that descheduled the thread
+    must not turn the same command's verdict from "allowed" into "asks".
+    """
 
     entries: int = _MAX_ENTRIES
-    deadline: float = field(default_factory=lambda: time.monotonic() + _MAX_SECONDS)
+    deadline: float = field(default_factory=lambda: time.thread_time() + _MAX_SECONDS)
 
     def spend(self) -> bool:
         """Take one entry; False once the budget is spent."""
         self.entries -= 1
-        return self.entries >= 0 and time.monotonic() <= self.deadline
+        return self.entries >= 0 and time.thread_time() <= self.deadline
 
 
 def only_tilde(word: Word) -> bool:

@@ -400,3 +400,16 @@ def test_dangerous_references_are_bounded_and_fail_closed(ws: Path) -> None:
     assert dangerous_references(huge, str(ws)) == ["(the rest of the command: too many paths to check)"]
     long_heredoc = "cat > gen.py <<'EOF'\n" + "def f(x):\n    return x + 1\n" * 3000 + "EOF\ncat .env"
     assert dangerous_references(long_heredoc, str(ws)) == [".env"]  # every word is checked, up to the end
+
+
+def test_a_loaded_machine_does_not_change_the_verdict(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's time budget is the thread's CPU time: wall-clock jumps (a descheduled thread) are ignored."""
+    (ws / "pub").mkdir()
+    command = "; ".join(f"echo x > pub/f{i}" for i in range(10)) + "; ls pub/f*"
+    real = time.monotonic
+    jumps = iter(range(1, 10**6))
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 10.0 * next(jumps))  # 10 s lost at every look
+    assert dangerous_references(command, str(ws)) == []
+    ticks = iter(range(1, 10**6))
+    monkeypatch.setattr(time, "thread_time", lambda: float(next(ticks)))  # a second of CPU at every look
+    assert dangerous_references(command, str(ws)) == ["(the rest of the command: too many paths to check)"]

@@ -550,19 +550,23 @@ def _word_is_dangerous(word: str, root: str, names: frozenset[str], budget: _Che
 
 
 class _CheckBudget:
-    """What checking one command may still cost: work units and time (it runs on the event loop)."""
+    """What checking one command may still cost: work units and time (it runs on the event loop).
+
+    Time is this thread's CPU time: on a busy machine the wall clock also counts the time the thread
+    was not running, which would refuse a command that is safe only because the machine is loaded.
+    """
 
     __slots__ = ("deadline", "spent", "units")
 
     def __init__(self) -> None:
         self.units = _CHECK_BUDGET
-        self.deadline = time.monotonic() + _CHECK_SECONDS
+        self.deadline = time.thread_time() + _CHECK_SECONDS
         self.spent = False
 
     def spend(self, units: int) -> bool:
         """Take `units`; True once the budget is spent (the caller then fails closed)."""
         self.units -= units
-        if self.units < 0 or time.monotonic() > self.deadline:
+        if self.units < 0 or time.thread_time() > self.deadline:
             self.spent = True
         return self.spent
 
@@ -1001,7 +1005,7 @@ def _operands_are_safe(words: list[str], root: str, *, recursive: bool) -> bool:
     """Every word is a safe operand (`_operand_is_safe`); bounded work, since this runs on the event loop."""
     if len(words) > _MAX_OPERANDS:
         return False
-    deadline = time.monotonic() + _TREE_SECONDS
+    deadline = time.thread_time() + _TREE_SECONDS  # CPU time: a loaded machine must not change the verdict
     return all(_operand_is_safe(word, root, recursive=recursive, deadline=deadline) for word in words)
 
 
@@ -1038,7 +1042,7 @@ def _tree_is_safe(top: str, deadline: float) -> bool:
             with os.scandir(directory) as it:
                 for entry in it:
                     seen += 1
-                    if seen > _TREE_ENTRIES or time.monotonic() > deadline:
+                    if seen > _TREE_ENTRIES or time.thread_time() > deadline:
                         return False
                     if is_dangerous_path(entry.path):
                         return False
