@@ -180,6 +180,41 @@ async def _agent_reads(
     return reply, results, transcript
 
 
+class OneCall:
+    """A real agent whose model makes one tool call, then answers: what the run left behind."""
+
+    def __init__(self, reply: Any, results: list[ToolResultBlock], transcript: str) -> None:
+        self.reply = reply
+        self.results = results
+        self.transcript = transcript
+
+    @property
+    def stopped_safely(self) -> bool:
+        """It paused for approval, or every result was denied."""
+        paused = self.reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
+        return paused or all(r.state == "denied" for r in self.results)
+
+
+async def _one_call(
+    tool: Any, name: str, args: dict[str, Any], rules: list[PermissionRule], mode: PermissionMode
+) -> OneCall:
+    toolkit = Toolkit()
+    toolkit.register(tool)
+    model = ScriptedModel([ToolUseBlock(id="c", name=name, input=args), "done"])
+    agent = ReActAgent(
+        "r",
+        "s",
+        model=model,
+        toolkit=toolkit,
+        state_store=InMemoryStateStore(),
+        permission=PermissionContext(mode=mode, rules=rules),
+    )
+    reply = await agent.call("go", RuntimeContext(user_id="u", session_id="c"))
+    state = await agent.get_state("u", "c")
+    results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)] if model.requests else []
+    return OneCall(reply, results, reply.to_json() + "".join(m.to_json() for m in state.messages))
+
+
 @pytest.mark.parametrize("mode", [PermissionMode.DEFAULT, PermissionMode.BYPASS, PermissionMode.EXPLORE])
 async def test_secret_content_never_reaches_the_transcript(ws: Path, mode: PermissionMode) -> None:
     calls = [{"name": "read_file", "input": {"path": p}} for p in spellings(ws)]
@@ -194,22 +229,10 @@ async def test_secret_content_never_reaches_the_transcript(ws: Path, mode: Permi
 
 @pytest.mark.parametrize("args", [{"pattern": "TOPSECRET", "path": "."}, {"pattern": "TOPSECRET"}])
 async def test_a_search_over_the_parent_directory_pauses(ws: Path, args: dict[str, Any]) -> None:
-    calls: list[dict[str, Any]] = [{"name": "grep_files", "input": args}]
     rule_all = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
-    toolkit = Toolkit()
-    toolkit.register(FileTools(ws))
-    model = ScriptedModel([ToolUseBlock(id="g", name="grep_files", input=calls[0]["input"]), "done"])
-    agent = ReActAgent(
-        "r",
-        "s",
-        model=model,
-        toolkit=toolkit,
-        state_store=InMemoryStateStore(),
-        permission=PermissionContext(mode=PermissionMode.BYPASS, rules=[rule_all]),
-    )
-    reply = await agent.call("search", RuntimeContext(user_id="u", session_id="g"))
-    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
-    assert SECRET not in reply.to_json()
+    run = await _one_call(FileTools(ws), "grep_files", args, [rule_all], PermissionMode.BYPASS)
+    assert run.reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION
+    assert SECRET not in run.transcript
 
 
 @pytest.mark.parametrize(
@@ -222,22 +245,9 @@ async def test_a_search_over_the_parent_directory_pauses(ws: Path, args: dict[st
 )
 async def test_a_regex_deny_rule_also_stops_a_search_that_would_reach_it(ws: Path, args: dict[str, Any]) -> None:
     rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": "re:.*/secret/.*"})
-    toolkit = Toolkit()
-    toolkit.register(FileTools(ws))
-    model = ScriptedModel([ToolUseBlock(id="g", name="grep_files", input=args), "done"])
-    agent = ReActAgent(
-        "r",
-        "s",
-        model=model,
-        toolkit=toolkit,
-        state_store=InMemoryStateStore(),
-        permission=PermissionContext(mode=PermissionMode.BYPASS, rules=[rule]),
-    )
-    reply = await agent.call("search", RuntimeContext(user_id="u", session_id="g"))
-    state = await agent.get_state("u", "g")
-    assert SECRET not in reply.to_json() + "".join(m.to_json() for m in state.messages)
-    results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)] if model.requests else []
-    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION or all(r.state == "denied" for r in results)
+    run = await _one_call(FileTools(ws), "grep_files", args, [rule], PermissionMode.BYPASS)
+    assert SECRET not in run.transcript
+    assert run.stopped_safely
 
 
 # -- shell commands: the paths their words name ------------------------------------------------------------------
@@ -274,42 +284,20 @@ SHELL_SPELLINGS = [
 @pytest.mark.parametrize("command", SHELL_SPELLINGS)
 async def test_a_shell_command_never_reaches_a_denied_path(ws: Path, command: str, mode: PermissionMode) -> None:
     rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
-    toolkit = Toolkit()
-    toolkit.register(ShellTool(ws, timeout=10))
-    model = ScriptedModel([ToolUseBlock(id="c", name="run_command", input={"command": command}), "done"])
     allow_all = PermissionRule(tool="run_command")  # even a rule allowing the whole tool
-    agent = ReActAgent(
-        "r",
-        "s",
-        model=model,
-        toolkit=toolkit,
-        state_store=InMemoryStateStore(),
-        permission=PermissionContext(mode=mode, rules=[rule, allow_all]),
-    )
-    reply = await agent.call("go", RuntimeContext(user_id="u", session_id="c"))
-    state = await agent.get_state("u", "c")
-    assert SECRET not in reply.to_json() + "".join(m.to_json() for m in state.messages), command
-    results = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
-    assert reply.generate_reason is GenerateReason.AWAITING_CONFIRMATION or all(r.state == "denied" for r in results)
+    run = await _one_call(ShellTool(ws, timeout=10), "run_command", {"command": command}, [rule, allow_all], mode)
+    assert SECRET not in run.transcript, command
+    assert run.stopped_safely
 
 
 async def test_the_shell_control_reads_a_public_file(ws: Path) -> None:
     """Without this the test above could pass for the wrong reason (a rule that stops everything)."""
     rule = PermissionRule(tool="*", decision=Decision.DENY, args={"path": f"{ws}/secret/**"})
-    toolkit = Toolkit()
-    toolkit.register(ShellTool(ws, timeout=10))
-    model = ScriptedModel([ToolUseBlock(id="c", name="run_command", input={"command": "cat p?b/ok.txt"}), "done"])
-    agent = ReActAgent(
-        "r",
-        "s",
-        model=model,
-        toolkit=toolkit,
-        state_store=InMemoryStateStore(),
-        permission=PermissionContext(mode=PermissionMode.BYPASS, rules=[rule]),
+    run = await _one_call(
+        ShellTool(ws, timeout=10), "run_command", {"command": "cat p?b/ok.txt"}, [rule], PermissionMode.BYPASS
     )
-    reply = await agent.call("go", RuntimeContext(user_id="u", session_id="c"))
-    assert reply.generate_reason is GenerateReason.STOP
-    [result] = [b for m in model.requests[-1].messages for b in m.blocks(ToolResultBlock)]
+    assert run.reply.generate_reason is GenerateReason.STOP
+    [result] = run.results
     assert "public" in str(result.output)
 
 
