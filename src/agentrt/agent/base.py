@@ -126,11 +126,21 @@ class AgentBase(abc.ABC):
         return run_sync(lambda: self.call(input, ctx, output=output), "agent")
 
     async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
-        """Add messages to the session's history without replying."""
+        """Add messages to the session's history without replying.
+
+        Raises:
+            SessionBusyError: at once, when called from inside a running call of this session (a
+                tool of it): that call holds the session's lock, so waiting for it would never end.
+        """
         messages = _as_input(msgs, None)
         if not messages:
             return
         ctx = ctx or RuntimeContext.current() or RuntimeContext()
+        if self._own_running_call(ctx) is not None:
+            raise SessionBusyError(
+                f"observe() on session {ctx.key!r} from inside its own running call of agent {self.name!r}: "
+                "the call holds the session's lock; return the text from the tool instead"
+            )
         user_id, session_id = ctx.key
         store = self.state_store
         async with store.session_lock(user_id, session_id, timeout=self.lock_timeout, agent=self.state_key):

@@ -292,3 +292,27 @@ def test_strict_permissions_refuse_a_rule_naming_no_registered_tool() -> None:
     rules = [PermissionRule(tool="shell", decision=Decision.DENY, args={"command": "rm -rf*"})]
     with pytest.raises(UserError, match="'shell'"):
         ReActAgent("bot", model=ScriptedModel([]), permission=PermissionContext(rules=rules, strict=True))
+
+
+async def test_observe_from_a_tool_of_its_own_running_call_fails_at_once() -> None:
+    holder: dict[str, ReActAgent] = {}
+    outcome: list[BaseException] = []
+
+    @tool(read_only=True)
+    async def note(ctx: RuntimeContext) -> str:
+        """Try to add a note to this very session while its call runs."""
+        try:
+            await asyncio.wait_for(holder["agent"].observe("a note", ctx), 5)
+        except (SessionBusyError, TimeoutError) as exc:
+            outcome.append(exc)
+        return "tried"
+
+    model = ScriptedModel([ToolUseBlock(id="n1", name="note"), "done"])
+    agent = holder["agent"] = ReActAgent("bot", model=model, toolkit=Toolkit([note]), state_store=InMemoryStateStore())
+    await asyncio.wait_for(agent.call("go", CTX), 10)
+    [error] = outcome
+    assert isinstance(error, SessionBusyError) and "own running call" in str(error)
+    texts = [m.text for m in (await agent.get_state("u", "s")).messages]
+    assert "a note" not in texts, "nothing was added behind the running call's back"
+    await agent.observe("after the call", CTX)  # outside the call it works as before
+    assert (await agent.get_state("u", "s")).messages[-1].text == "after the call"
