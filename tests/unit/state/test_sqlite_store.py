@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 import threading
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -583,3 +584,38 @@ async def test_inline_false_keeps_every_operation_on_the_worker(
     assert len(seen) == 3 and all(thread != threading.get_ident() for _, thread in seen)
     with pytest.raises(ValueError, match="inline"):
         SqliteStateStore(tmp_path / "x.db", inline="yes")  # type: ignore[arg-type]
+
+
+async def test_a_database_not_in_wal_mode_keeps_every_operation_on_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrt.state.stores import _sqlite_inline
+
+    real_connect = sqlite3.connect
+
+    class RollbackJournal:
+        """A connection that reports a rollback journal (a commit there may fsync on the loop)."""
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.strip().upper() == "PRAGMA JOURNAL_MODE":
+                return self.conn.execute("SELECT 'delete'")
+            return self.conn.execute(sql, *args)
+
+        def close(self) -> None:
+            self.conn.close()
+
+    fake = types.SimpleNamespace(
+        connect=lambda *a, **k: RollbackJournal(real_connect(*a, **k)),
+        Error=sqlite3.Error,
+        Connection=sqlite3.Connection,
+    )
+    monkeypatch.setattr(_sqlite_inline, "sqlite3", fake)  # the inline runner's connections only
+    seen = _record_threads(monkeypatch)
+    async with SqliteStateStore(tmp_path / "s.db") as store:
+        rev = await store.append("u", "s", [Msg.user("first")], expected_revision=0)
+        await store.append("u", "s", [Msg.user("small")], expected_revision=rev)
+        assert store._inline is not None and store._inline.closed
+    assert len(seen) == 2 and all(thread != threading.get_ident() for _, thread in seen)

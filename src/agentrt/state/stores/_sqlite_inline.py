@@ -81,6 +81,8 @@ class InlineRunner:
                 conn = self._conn if self._conn is not None else self._open()
             except sqlite3.Error:
                 return False, None, False
+            if conn is None:  # not in WAL mode: a commit there may fsync
+                return False, None, False
             try:
                 value = fn(conn, *args)
             except (sqlite3.Error, TooLarge, UnicodeEncodeError):
@@ -98,9 +100,15 @@ class InlineRunner:
         finally:
             self._lock.release()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> sqlite3.Connection | None:
+        """The inline connection; None (and inline operations off) when the database is not in WAL mode."""
         conn = sqlite3.connect(self._path, timeout=0, isolation_level=None, check_same_thread=False)
         try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":  # e.g. a file system without shared memory
+                conn.close()
+                self.closed = True
+                return None
             conn.execute("PRAGMA busy_timeout = 0")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA wal_autocheckpoint = 0")
