@@ -703,16 +703,21 @@ async def test_closing_the_stream_after_any_event_spends_the_approval_once() -> 
             await stream.aclose()
             if d.release is not None:
                 d.release.set()
-            await check(agent)
-            state = await agent.get_state("u", "s")
-            if state.pending is not None and state.pending.calls:  # closed before the approval was spent
-                assert d.runs == []
-                await agent.call(approve("c1"), CTX)
-            with pytest.raises(NotPendingError):
-                await agent.call(approve("c1"), CTX)
+            await spend_what_is_left(agent, d)
             await agent.call("next", CTX)
             assert d.runs == ["t1"], (hold, n, d.runs)
             await check(agent)
+
+
+async def spend_what_is_left(agent: ReActAgent, d: Danger) -> None:
+    """After a stopped approval: approve once more if it was not spent yet; a repeat is then refused."""
+    await check(agent)
+    state = await agent.get_state("u", "s")
+    if state.pending is not None and state.pending.calls:  # stopped before the approval was spent
+        assert d.runs == []
+        await agent.call(approve("c1"), CTX)
+    with pytest.raises(NotPendingError):
+        await agent.call(approve("c1"), CTX)
 
 
 async def test_cancelling_the_call_at_any_await_spends_the_approval_at_most_once() -> None:
@@ -726,13 +731,7 @@ async def test_cancelling_the_call_at_any_await_spends_the_approval_at_most_once
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await check(agent)
-        state = await agent.get_state("u", "s")
-        if state.pending is not None and state.pending.calls:  # cancelled before the approval was spent
-            assert d.runs == []
-            await agent.call(approve("c1"), CTX)
-        with pytest.raises(NotPendingError):
-            await agent.call(approve("c1"), CTX)
+        await spend_what_is_left(agent, d)
         assert d.runs == ["t1"], (steps, d.runs)
         await check(agent)
 
