@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from agentrt import Msg, ToolResultBlock
+from agentrt.state import InMemoryStateStore
+from agentrt.state.base import AgentStateStore
 
 
 def assert_valid_history(messages: Sequence[Msg], pending: Collection[str] = ()) -> None:
@@ -38,3 +43,21 @@ def assert_valid_history(messages: Sequence[Msg], pending: Collection[str] = ())
         stray = msg.blocks(ToolResultBlock)
         assert not stray, f"message {i} holds results {[b.id for b in stray]} outside their turn"
         i += 1
+
+
+async def crash_during(
+    task: asyncio.Task[Any], started: asyncio.Event, store: AgentStateStore, agent: str, key: tuple[str, str]
+) -> InMemoryStateStore:
+    """A SIGKILL while `task` runs, simulated: the session as stored once `started` is set, in a fresh store.
+
+    The task is then cancelled (its own writes after the snapshot are what a killed process never makes).
+    """
+    await started.wait()
+    snapshot = await store.load(*key, agent=agent)
+    assert snapshot is not None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    crashed = InMemoryStateStore()
+    await crashed.save(snapshot)
+    return crashed

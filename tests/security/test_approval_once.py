@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_rules import assert_valid_history
+from history_rules import assert_valid_history, crash_during
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -168,18 +168,20 @@ async def test_a_crash_while_the_tool_runs_leaves_the_call_interrupted_never_rer
     await check(restarted)
 
 
+def two_calls(request: ModelRequest) -> Any:
+    """A model asking for two dangerous calls ("a", "b"), then answering once it has results."""
+    if request.messages[-1].blocks(ToolResultBlock):
+        return "done"
+    return [
+        ToolUseBlock(id="a", name="danger", input={"target": "A"}),
+        ToolUseBlock(id="b", name="danger", input={"target": "B"}),
+    ]
+
+
 async def test_two_pending_calls_interrupt_during_the_first_ends_both() -> None:
     d = Danger()
 
-    def two(request: ModelRequest) -> Any:
-        if request.messages[-1].blocks(ToolResultBlock):
-            return "done"
-        return [
-            ToolUseBlock(id="a", name="danger", input={"target": "A"}),
-            ToolUseBlock(id="b", name="danger", input={"target": "B"}),
-        ]
-
-    agent = ReActAgent("bot", model=ScriptedModel.from_function(two), toolkit=Toolkit([d.tool]))
+    agent = ReActAgent("bot", model=ScriptedModel.from_function(two_calls), toolkit=Toolkit([d.tool]))
     agent.state_store = InMemoryStateStore()
     await agent.call("go", CTX)
     task = await start_held(agent, d, approve("a"))
@@ -602,21 +604,13 @@ async def test_two_writers_answering_two_calls_of_one_turn_never_run_a_call_twic
     from agentrt.errors import StateConflictError
     from agentrt.state import store_from_url
 
-    def two(request: ModelRequest) -> Any:
-        if request.messages[-1].blocks(ToolResultBlock):
-            return "done"
-        return [
-            ToolUseBlock(id="a", name="danger", input={"target": "A"}),
-            ToolUseBlock(id="b", name="danger", input={"target": "B"}),
-        ]
-
     d = Danger()
     url = f"sqlite:///{tmp_path / 'state.db'}"
     stores = [store_from_url(url), store_from_url(url)]
     try:
         one, other = (make_agent(d, s) for s in stores)
         for agent in (one, other):
-            agent.model = ScriptedModel.from_function(two)
+            agent.model = ScriptedModel.from_function(two_calls)
         await one.call("go", CTX)
         task = await start_held(one, d, approve("a"))
         release, d.release = d.release, None
@@ -1059,15 +1053,8 @@ async def test_a_crash_in_an_approved_idempotent_call_ends_it_interrupted_even_w
     if edited:
         answer["input"] = {"target": "t2"}
     task = asyncio.create_task(agent.call(Msg.confirm([ConfirmResult.coerce(answer)]), CTX))
-    await started.wait()
-    snapshot = await store.load("u", "s", agent="bot")  # what a SIGKILL leaves
-    assert snapshot is not None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    crashed = await crash_during(task, started, store, "bot", ("u", "s"))
     hold[0] = False
-    crashed = InMemoryStateStore()
-    await crashed.save(snapshot)
     restarted = agent_on(crashed)
     await restarted.call("next", CTX)
     state = await restarted.get_state("u", "s")

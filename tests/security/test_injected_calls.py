@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from history_rules import assert_valid_history
+from history_rules import assert_valid_history, crash_during
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -349,7 +349,6 @@ async def test_messages_observed_while_calls_wait_join_the_history_after_the_ans
 
 async def test_messages_observed_after_a_crash_close_the_dead_turn_first() -> None:
     import asyncio
-    import contextlib
 
     started = asyncio.Event()
     runs: list[str] = []
@@ -368,14 +367,7 @@ async def test_messages_observed_after_a_crash_close_the_dead_turn_first() -> No
     )
     agent = ReActAgent("bot", model=model, toolkit=Toolkit([slow]), state_store=store)
     task = asyncio.create_task(agent.call("go", CTX))
-    await started.wait()
-    snapshot = await store.load("u", "s", agent="bot")  # what a SIGKILL leaves
-    assert snapshot is not None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    crashed = InMemoryStateStore()
-    await crashed.save(snapshot)
+    crashed = await crash_during(task, started, store, "bot", ("u", "s"))
     restarted = ReActAgent("bot", model=model, toolkit=Toolkit([slow]), state_store=crashed)
     await restarted.observe([Msg.user("heard meanwhile"), Msg(role="assistant", content=[_use("o2")])], CTX)
     assert (await restarted.call("next", CTX)).text == "fine"
