@@ -619,3 +619,89 @@ async def test_a_database_not_in_wal_mode_keeps_every_operation_on_the_worker(
         await store.append("u", "s", [Msg.user("small")], expected_revision=rev)
         assert store._inline is not None and store._inline.closed
     assert len(seen) == 2 and all(thread != threading.get_ident() for _, thread in seen)
+
+
+# -- appends of one loop iteration share a transaction ---------------------------------------------
+
+
+def _wal_frames(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    return max(size - 32, 0) // (4096 + 24)
+
+
+async def _fresh_store(path: Path) -> SqliteStateStore:
+    store = SqliteStateStore(path)
+    await store.append("u", "warm", [Msg.user("open the connections")], expected_revision=0)
+    return store
+
+
+async def test_appends_issued_in_one_loop_iteration_share_one_commit(tmp_path: Path) -> None:
+    # The side effect: WAL frames written. 40 appends in one iteration cost about two commits' worth
+    # of pages; the same 40 appends one after the other commit 40 times.
+    together = await _fresh_store(tmp_path / "together.db")
+    apart = await _fresh_store(tmp_path / "apart.db")
+    try:
+        before = _wal_frames(tmp_path / "together.db")
+        revisions = await asyncio.gather(
+            *(together.append("u", f"s{i}", [Msg.user(f"m{i}")], expected_revision=0) for i in range(40))
+        )
+        frames_together = _wal_frames(tmp_path / "together.db") - before
+        before = _wal_frames(tmp_path / "apart.db")
+        for i in range(40):
+            await apart.append("u", f"s{i}", [Msg.user(f"m{i}")], expected_revision=0)
+        frames_apart = _wal_frames(tmp_path / "apart.db") - before
+        assert revisions == [1] * 40
+        assert frames_together * 5 < frames_apart, (frames_together, frames_apart)
+        for i in (0, 1, 39):
+            state = await together.load("u", f"s{i}")
+            assert state is not None and [m.text for m in state.messages] == [f"m{i}"]
+    finally:
+        await together.close()
+        await apart.close()
+
+
+async def test_an_append_cancelled_while_it_waits_for_the_iteration_end_writes_nothing(tmp_path: Path) -> None:
+    store = await _fresh_store(tmp_path / "s.db")
+    try:
+        first = asyncio.ensure_future(store.append("u", "a", [Msg.user("a")], expected_revision=0))
+        second = asyncio.ensure_future(store.append("u", "b", [Msg.user("b")], expected_revision=0))
+        await asyncio.sleep(0)  # both start in this iteration: "a" inline, "b" waits for the iteration end
+        second.cancel()
+        assert await first == 1
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        await asyncio.sleep(0.01)
+        assert await store.load("u", "b") is None
+        assert (await store.append("u", "b", [Msg.user("b again")], expected_revision=0)) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_batch_that_finds_the_database_busy_is_written_by_the_worker_once_it_is_free(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = await _fresh_store(path)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        # A first append runs inline, the others queue for the iteration end; then another process
+        # takes the write lock before that end comes, so the batch goes to the worker, which waits.
+        first = asyncio.ensure_future(store.append("u", "s0", [Msg.user("m0")], expected_revision=0))
+        rest = [
+            asyncio.ensure_future(store.append("u", f"s{i}", [Msg.user(f"m{i}")], expected_revision=0))
+            for i in range(1, 6)
+        ]
+        await asyncio.sleep(0)
+        assert first.done()
+        other.execute("BEGIN IMMEDIATE")
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in rest)  # nothing committed under the other writer's lock
+        other.execute("COMMIT")
+        assert await asyncio.gather(*rest) == [1] * 5
+        for i in range(6):
+            state = await store.load("u", f"s{i}")
+            assert state is not None and [m.text for m in state.messages] == [f"m{i}"]
+    finally:
+        other.close()
+        await store.close()

@@ -15,6 +15,10 @@ calling thread, on a second connection, when:
 - commits do not fsync (``synchronous`` NORMAL or OFF in WAL mode: a commit is a write to the OS
   page cache; FULL and EXTRA always use the worker).
 
+Under load the first append of an event-loop iteration runs inline and the others issued in the
+same iteration wait for its end, then share one transaction (`run_many`, a savepoint each): a
+burst of concurrent runs pays one commit per loop iteration rather than one per append.
+
 The connection never checkpoints the WAL itself (an fsync); every `CHECKPOINT_EVERY` inline
 commits the store asks its worker to run a passive checkpoint, so the WAL stays bounded.
 """
@@ -97,6 +101,48 @@ class InlineRunner:
                     self._commits = 0
                     due = True
             return True, value, due
+        finally:
+            self._lock.release()
+
+    def run_many(
+        self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]
+    ) -> tuple[list[tuple[bool, Any]] | None, bool]:
+        """``fn(conn, *args)`` for each of `calls` in one transaction: ``(outcomes, checkpoint_due)``.
+
+        Each call runs in its own savepoint (`fn` opens one inside a transaction), so an outcome that
+        is an exception (a revision conflict) undoes only that call. None: nothing ran, queue them all.
+        """
+        if self._outstanding or not self._lock.acquire(blocking=False):
+            return None, False
+        try:
+            if self.closed or self._outstanding:
+                return None, False
+            try:
+                conn = self._conn if self._conn is not None else self._open()
+                if conn is None:
+                    return None, False
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return None, False
+            outcomes: list[tuple[bool, Any]] = []
+            try:
+                for args in calls:
+                    try:
+                        outcomes.append((True, fn(conn, *args)))
+                    except (sqlite3.Error, TooLarge, UnicodeEncodeError):
+                        raise
+                    except Exception as exc:
+                        outcomes.append((False, exc))
+                conn.execute("COMMIT")
+            except (sqlite3.Error, TooLarge, UnicodeEncodeError):
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                return None, False
+            self._commits += 1
+            due = self._commits >= CHECKPOINT_EVERY
+            if due:
+                self._commits = 0
+            return outcomes, due
         finally:
             self._lock.release()
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import queue
 import sqlite3
@@ -118,6 +119,18 @@ def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
             future.set_exception(value)
 
 
+def _relay(target: asyncio.Future[Any], source: asyncio.Future[Any]) -> None:
+    """Copy a worker job's outcome to the future a caller awaits (unless that caller gave up)."""
+    if target.done():
+        return
+    if source.cancelled():
+        target.cancel()
+    elif (exc := source.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())
+
+
 def _close_op() -> None:
     """Marker job: close the connection (never opens one)."""
 
@@ -186,6 +199,8 @@ class SqliteStateStore(BaseStateStore):
             raise ValueError(f"inline must be True or False, not {inline!r}")
         inline = inline and self._path != ":memory:" and mode in ("NORMAL", "OFF")
         self._inline = InlineRunner(self._path, mode) if inline else None
+        self._tick_batches: dict[asyncio.AbstractEventLoop, list[tuple[tuple[Any, ...], asyncio.Future[int]]]] = {}
+        """Per event loop: the appends waiting for the end of the current iteration (see `_append_small`)."""
 
     @property
     def path(self) -> str:
@@ -229,7 +244,7 @@ class SqliteStateStore(BaseStateStore):
         changed = encode_fields(fields) if fields else None
         args = (agent, user_id, session_id, bodies, changed, expected_revision)
         if sum(map(len, bodies)) <= _INLINE_MAX_BYTES:
-            return await self._call_small(_append, _append, *args, write=True)
+            return await self._append_small(args)
         return await self._call(_append, *args)
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
@@ -298,6 +313,55 @@ class SqliteStateStore(BaseStateStore):
                 result: _T = value
                 return result
         return await self._call(fn, *args)
+
+    async def _append_small(self, args: tuple[Any, ...]) -> int:
+        """A small append: inline when it is the first of this loop iteration, else with the iteration's others.
+
+        The appends issued after it in the same iteration (a burst of concurrent runs) wait until
+        the iteration ends and then share one transaction (`InlineRunner.run_many`).
+        """
+        loop = asyncio.get_running_loop()
+        batch = self._tick_batches.get(loop)
+        if batch is not None:
+            future: asyncio.Future[int] = loop.create_future()
+            batch.append((args, future))
+            return await future
+        runner = self._inline
+        if runner is not None and self._conn is not None and not self._closed:
+            done, value, checkpoint_due = runner.run(_append, args, write=True)
+            if done:
+                self._used = True
+                if checkpoint_due:
+                    self._enqueue(_checkpoint, ())
+                self._tick_batches[loop] = []
+                loop.call_soon(self._end_tick, loop)
+                revision: int = value
+                return revision
+        return await self._call(_append, *args)
+
+    def _end_tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the appends that waited for the end of the loop iteration, in one transaction if possible."""
+        batch = self._tick_batches.pop(loop, None)
+        if not batch:
+            return
+        batch = [(args, future) for args, future in batch if not future.done()]
+        if not batch:
+            return
+        outcomes = None
+        runner = self._inline
+        if runner is not None and not self._closed:
+            outcomes, checkpoint_due = runner.run_many(_append, [args for args, _future in batch])
+            if checkpoint_due:
+                self._enqueue(_checkpoint, ())
+        if outcomes is None:  # busy or closed: the worker runs them (as one group commit when it can)
+            for args, future in batch:
+                if self._closed:
+                    future.set_exception(StateStoreError(f"{self!r} is closed"))
+                    continue
+                queued = self._enqueue(_append, args)
+                queued.add_done_callback(functools.partial(_relay, future))
+            return
+        _deliver([(future, ok, value) for (_args, future), (ok, value) in zip(batch, outcomes, strict=True)])
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
