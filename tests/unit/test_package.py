@@ -185,8 +185,22 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "FakeClock",
         "ModelRequest",
         "ScriptedModel",
+        "check_knowledge_store",
         "check_long_term_memory",
         "check_state_store",
+    },
+    "agentrt.knowledge": {
+        "AddReport",
+        "Chunk",
+        "Citation",
+        "Document",
+        "Knowledge",
+        "KnowledgeStore",
+        "MemoryKnowledgeStore",
+        "OpenAIEmbeddings",
+        "Passage",
+        "PostgresKnowledgeStore",
+        "SqliteKnowledgeStore",
     },
 }
 

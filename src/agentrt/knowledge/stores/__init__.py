@@ -1,0 +1,1 @@
+"""Knowledge store backends: in-process (`memory`), SQLite (`sqlite`) and PostgreSQL (`postgres`)."""
