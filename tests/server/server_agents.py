@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentrt import Msg, ReActAgent, TextBlock, Toolkit, ToolResultBlock, ToolUseBlock, tool
+from agentrt.memory.retrieval import Passage
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.state import InMemoryStateStore
 
@@ -92,6 +93,39 @@ def make_agent(name: str = "bot", *, store: Any = None, description: str = "A te
         toolkit=Toolkit([danger, lookup, add, nap]),
         state_store=store,
         description=description,
+    )
+
+
+PASSAGES = [
+    Passage("kb-1", "Employees get 25 vacation days.", "handbook.md", "Handbook", "Leave > Vacation", 2.0),
+    Passage("kb-2", "Expenses are paid monthly.", "https://intra.example/expenses", "Expenses", None, 1.0),
+]
+CITATIONS = [p.citation.to_dict() for p in PASSAGES]
+
+
+class Handbook:
+    """A tiny deterministic knowledge base: every query finds the same two passages."""
+
+    async def search(self, query: str, k: int = 5, filters: Any = None) -> list[Passage]:
+        return PASSAGES[:k]
+
+
+async def answer_from_knowledge(request: ModelRequest) -> Any:
+    """Search the knowledge base for the user's words, then answer citing the passages."""
+    last: Msg = request.messages[-1]
+    if last.role == "user" and last.blocks(ToolResultBlock):
+        return "25 days [1]; expenses monthly [2]."
+    return ToolUseBlock(id="call-kb", name="search_knowledge", input={"query": last.text})
+
+
+def knowledge_agent(name: str = "kb", *, store: Any = None) -> ReActAgent:
+    """An agent answering from `Handbook` with the search_knowledge tool (its replies cite `CITATIONS`)."""
+    return ReActAgent(
+        name,
+        "You answer from the handbook.",
+        model=ScriptedModel.from_function(answer_from_knowledge, record=False),
+        state_store=store,
+        knowledge=Handbook(),
     )
 
 

@@ -23,6 +23,7 @@ from ag_ui.core import (
     UserMessage,
 )
 from pydantic import TypeAdapter
+from server_agents import CITATIONS, knowledge_agent
 
 from agentrt import Msg, ReActAgent, TextBlock, ThinkingBlock, Toolkit, ToolResultBlock, ToolUseBlock, tool
 from agentrt import events as ev
@@ -545,3 +546,24 @@ def test_a_resumed_run_that_pauses_again_sends_the_waiting_calls_it_never_stream
     ]
     assert json.loads(events[2].delta) == {"path": "/b"}
     assert [i.tool_call_id for i in events[-1].outcome.interrupts] == ["c2"]
+
+
+# -- knowledge citations -------------------------------------------------------------------------------------------
+async def test_a_reply_with_citations_sends_them_as_a_custom_event_before_run_finished() -> None:
+    agent = knowledge_agent("bot", store=InMemoryStateStore())
+    async with client_for(agent) as client:
+        events = await run(client, run_input("t1", "r1", [UserMessage(id="u1", content="vacation?")]))
+    [custom] = [e for e in of(events, EventType.CUSTOM) if e.name == agui.CUSTOM_CITATIONS]
+    assert custom.value["citations"] == CITATIONS
+    reply = (await agent.get_state("alice", "t1")).messages[-1]
+    assert custom.value["reply_id"] == reply.id and reply.metadata["citations"] == CITATIONS
+    assert events.index(custom) == len(events) - 2, "right before RUN_FINISHED"
+    [result] = of(events, EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == "call-kb" and result.metadata["agentrt"]["citations"] == CITATIONS
+
+
+async def test_a_reply_without_citations_sends_no_citations_event() -> None:
+    async with client_for(make_agent(ScriptedModel(["Hi."]))) as client:
+        events = await run(client, run_input("t1", "r1", [UserMessage(id="u1", content="hi")]))
+    assert not [e for e in of(events, EventType.CUSTOM) if e.name == agui.CUSTOM_CITATIONS]
+    assert "citations" not in json.dumps([e.model_dump(mode="json") for e in events])

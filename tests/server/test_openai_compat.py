@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from server_agents import ALICE, parse_sse
+from server_agents import ALICE, CITATIONS, knowledge_agent, parse_sse
 
 from agentrt import ToolResultBlock
 from agentrt.server.app import pending_calls
@@ -190,3 +190,45 @@ async def test_bad_requests(client: httpx.AsyncClient, body: Any, status: int) -
 async def test_sampling_fields_are_accepted(client: httpx.AsyncClient) -> None:
     r = await complete(client, [user("hi")], "c1", temperature=0.2, max_tokens=10, tools=[], seed=1)
     assert r.json()["choices"][0]["message"]["content"] == "echo: hi (turn 1)"
+
+
+# -- knowledge citations -------------------------------------------------------------------------------------------
+async def kb_client(make_app: Any) -> httpx.AsyncClient:
+    app = make_app(agents={"kb": knowledge_agent("kb")})
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test")
+
+
+async def test_a_completion_carries_the_citations_of_its_reply(make_app: Any, store: InMemoryStateStore) -> None:
+    async with await kb_client(make_app) as client:
+        body = {"model": "kb", "messages": [user("How many vacation days?")]}
+        r = await client.post(URL, json=body, headers={**ALICE, "X-Session-Id": "k1"})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["citations"] == CITATIONS
+    completion = ChatCompletion.model_validate(data)  # the extra field leaves the OpenAI shape intact
+    assert completion.choices[0].message.content == "25 days [1]; expenses monthly [2]."
+    assert completion.model_extra == {"citations": CITATIONS}
+    state = await store.load("alice", "k1", agent="kb")
+    assert state is not None and state.messages[-1].metadata["citations"] == CITATIONS
+
+
+async def test_a_streamed_completion_carries_the_citations_on_its_finishing_chunk(make_app: Any) -> None:
+    async with await kb_client(make_app) as client:
+        body = {"model": "kb", "messages": [user("vacation?")], "stream": True}
+        r = await client.post(URL, json=body, headers=ALICE)
+    frames = parse_sse(r.text)
+    assert frames[-1]["data"] == "[DONE]"
+    raw = [json.loads(f["data"]) for f in frames[:-1]]
+    chunks = [ChatCompletionChunk.model_validate(c) for c in raw]
+    with_citations = [c for c in raw if "citations" in c]
+    assert len(with_citations) == 1 and with_citations[0]["citations"] == CITATIONS
+    assert with_citations[0]["choices"][0]["finish_reason"] == "stop"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "25 days [1]; expenses monthly [2]."
+
+
+async def test_a_completion_without_citations_has_no_citations_field(client: httpx.AsyncClient) -> None:
+    r = await complete(client, [user("hello")], "c1")
+    assert "citations" not in r.json()
+    r = await complete(client, [user("hello")], "c2", stream=True)
+    assert all("citations" not in f["data"] for f in parse_sse(r.text))

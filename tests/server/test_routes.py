@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_agents import ALICE, KEYS, make_agent
+from server_agents import ALICE, CITATIONS, KEYS, knowledge_agent, make_agent, parse_sse
 
 from agentrt import Msg
 from agentrt.errors import UserError
@@ -196,3 +196,18 @@ async def test_error_bodies_have_one_shape(client: httpx.AsyncClient) -> None:
     assert r.status_code == 405
     assert r.json()["error"]["code"] == "method_not_allowed"
     assert json.loads(r.text)  # JSON, not plain text
+
+
+async def test_native_routes_pass_the_reply_citations_on(store: InMemoryStateStore) -> None:
+    app = create_app({"kb": knowledge_agent("kb")}, store=store, api_keys=KEYS, disconnect_grace=0.0)
+    base = "/v1/agents/kb/sessions"
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+        r = await client.post(f"{base}/k1/messages", json={"input": "vacation?"}, headers=ALICE)
+        assert r.status_code == 200, r.text
+        assert r.json()["message"]["metadata"]["citations"] == CITATIONS
+        r = await client.post(f"{base}/k1/messages", json={"input": "again", "stream": True}, headers=ALICE)
+        finished = [json.loads(f["data"]) for f in parse_sse(r.text) if f["event"] == "run_finished"]
+        assert [f["msg"]["metadata"]["citations"] for f in finished] == [CITATIONS]
+        r = await client.get(f"{base}/k1", headers=ALICE)
+        stored = [m["metadata"]["citations"] for m in r.json()["messages"] if "citations" in m.get("metadata", {})]
+        assert stored == [CITATIONS, CITATIONS]  # both replies, as stored in the session

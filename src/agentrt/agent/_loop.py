@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
 from agentrt import events as ev
-from agentrt.agent import _hitl, _questions, _turns
+from agentrt.agent import _hitl, _knowledge, _questions, _turns
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
@@ -159,6 +159,8 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         if spec.mode == "native":
             run.options = run.options.merge(GenerateOptions(response_format=spec.response_format()))
     await run.load()
+    if agent._knowledge is not None:
+        run.knowledge = _knowledge.TurnKnowledge()
     tools = agent.toolkit.tools
     if agent._session_tools:
         tools = {**tools, **agent._session_tools}
@@ -182,15 +184,9 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         _refuse_stray_answers(run)
         _turns.check_input(run.input)
         await _repair_dangling(agent, run, executor)
-        if run.input:
-            run.add_messages(*_turns.inert_input(run.input))
+        _add_input(run)
         await run.checkpoint()
-    system = await _system_message(agent, run)
-    if agent._long_term_memory is not None and agent.memory_mode != "agent":
-        system = await _with_memories(agent, run, system)
-    if spec is not None and spec.mode == "prompted":
-        base = system.text + "\n\n" if system is not None else ""
-        system = Msg.system(base + spec.prompt())
+    system = await _full_system_message(agent, run, spec)
     if run.interrupt_requested:
         raise _Interrupt
     if resuming:
@@ -198,6 +194,31 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         if paused is not None:
             return paused
     return await _loop(agent, run, system, executor)
+
+
+def _add_input(run: Run) -> None:
+    """Append the call's input to the transcript (its tool calls closed as inert history)."""
+    if not run.input:
+        return
+    added = _turns.inert_input(run.input)
+    run.add_messages(*added)
+    if run.knowledge is not None and added:
+        run.knowledge.start_id = added[0].id  # this call starts a turn: its citations count from here
+
+
+async def _full_system_message(agent: ReActAgent, run: Run, spec: OutputSpec | None) -> Msg | None:
+    """The system prompt with what this call adds to it: memories, knowledge passages, the output schema."""
+    system = await _system_message(agent, run)
+    if agent._long_term_memory is not None and agent.memory_mode != "agent":
+        system = await _with_memories(agent, run, system)
+    if run.knowledge is not None and agent.knowledge_mode != "tool":
+        block = await _knowledge.prompt_passages(agent, run, run.knowledge)
+        if block is not None:
+            system = Msg.system(f"{system.text}\n\n{block}" if system is not None else block)
+    if spec is not None and spec.mode == "prompted":
+        base = system.text + "\n\n" if system is not None else ""
+        system = Msg.system(base + spec.prompt())
+    return system
 
 
 async def _save_on_cancel(run: Run) -> None:
@@ -325,7 +346,7 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
                 nudged = True
                 extra = [Msg.user(NUDGE)]
                 continue
-            final = reply.replace(id=run.reply_id, usage=run.usage)
+            final = _knowledge.cite(run, reply.replace(id=run.reply_id, usage=run.usage))
             run.add_messages(final)
             await run.checkpoint()
             return final
@@ -389,7 +410,7 @@ async def _structured(
             for c in calls
         ]
         run.add_messages(reply, Msg(role="user", content=list(results)))
-        final = _structured_reply(agent, run, value, None)
+        final = _knowledge.cite(run, _structured_reply(agent, run, value, None))
     else:
         try:
             value = spec.parse_text(reply.text)
@@ -397,7 +418,7 @@ async def _structured(
             run.add_messages(reply, Msg.user(_FIX_JSON.format(errors=exc), synthetic=True))
             await run.checkpoint()
             return str(exc)
-        final = _structured_reply(agent, run, value, reply)
+        final = _knowledge.cite(run, _structured_reply(agent, run, value, reply))
     run.add_messages(final)
     await run.checkpoint()
     return final
@@ -443,6 +464,7 @@ async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: To
         usage=run.usage,
         metadata={**reply.metadata, META_GENERATE_REASON: GenerateReason.MAX_ITERS.value},
     )
+    final = _knowledge.cite(run, final)
     run.add_messages(final)
     await run.checkpoint()
     return final

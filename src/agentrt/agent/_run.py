@@ -51,6 +51,7 @@ class Run:
         "input",
         "interrupt_message",
         "interrupt_requested",
+        "knowledge",
         "options",
         "output",
         "parent",
@@ -87,6 +88,8 @@ class Run:
         self.output = output
         self.options: Any = None
         self.executor: Any = None
+        self.knowledge: Any = None
+        """The call's knowledge bookkeeping (`agentrt.agent._knowledge.TurnKnowledge`) when the agent has knowledge."""
         self._state: AgentState | None = None
         self.step = 0
         self.usage: TokenUsage | None = None

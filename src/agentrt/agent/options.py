@@ -1,4 +1,4 @@
-"""Option groups of `ReActAgent`: the loop, structured output and long-term memory.
+"""Option groups of `ReActAgent`: the loop, structured output, long-term memory and knowledge.
 
 Each group is a small frozen dataclass that checks itself when built, so a bad value fails where
 it is written. `ReActAgent` takes a group as one keyword (``loop=``, ``output_options=``,
@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from agentrt.agent._output import OutputMode
-from agentrt.errors import UserError
+from agentrt.errors import InvalidTypeError, InvalidValueError, UserError
 from agentrt.model.base import ChatModel
 
 if TYPE_CHECKING:
     from agentrt.memory.long_term import LongTermMemory
+    from agentrt.memory.retrieval import KnowledgeMode, Retriever
 
-__all__ = ["LoopOptions", "MemoryMode", "MemoryOptions", "OutputOptions"]
+__all__ = ["KnowledgeOptions", "LoopOptions", "MemoryMode", "MemoryOptions", "OutputOptions"]
 
 MemoryMode = Literal["static", "agent", "both"]
 _KEYWORD = "agentrt.keyword"  # field metadata: the flat `ReActAgent` keyword of the field
@@ -28,12 +29,33 @@ _MEMORY_METHODS = ("record", "retrieve", "forget", "list")
 
 
 class _InvalidOptionError(UserError):
-    """A value an option group refuses; keeps the field so `ReActAgent` can name its own keyword instead."""
+    """A value an option group refuses; keeps the field so `ReActAgent` can name its own keyword instead.
+
+    `public` is the error class raised under the flat keyword (`UserError`, or the typed
+    `InvalidTypeError` / `InvalidValueError`, which the group's own error also is).
+    """
+
+    public: type[UserError] = UserError
 
     def __init__(self, owner: str, field_name: str, complaint: str) -> None:
         super().__init__(f"{owner}.{field_name}{complaint}")
         self.field_name = field_name
         self.complaint = complaint
+
+
+class _InvalidOptionTypeError(_InvalidOptionError, InvalidTypeError):
+    public = InvalidTypeError
+
+
+class _InvalidOptionValueError(_InvalidOptionError, InvalidValueError):
+    public = InvalidValueError
+
+
+_OPTION_ERRORS: dict[type[UserError], type[_InvalidOptionError]] = {
+    UserError: _InvalidOptionError,
+    InvalidTypeError: _InvalidOptionTypeError,
+    InvalidValueError: _InvalidOptionValueError,
+}
 
 
 def _keyword(name: str) -> dict[str, str]:
@@ -60,10 +82,15 @@ class _Options:
     def __post_init__(self) -> None:
         bad = next(self._complaints(), None)
         if bad is not None:
-            raise _InvalidOptionError(type(self).__name__, *bad)
+            name, complaint, *kind = bad
+            error = _OPTION_ERRORS[kind[0] if kind else UserError]
+            raise error(type(self).__name__, name, complaint)
 
-    def _complaints(self) -> Iterator[tuple[str, str]]:
-        """Each refused field with what is wrong with it (read after the field's name), in report order."""
+    def _complaints(self) -> Iterator[tuple[str, str] | tuple[str, str, type[UserError]]]:
+        """Each refused field with what is wrong with it (read after the field's name), in report order.
+
+        A third item names the error class (`InvalidTypeError`, `InvalidValueError`); `UserError` without.
+        """
         raise NotImplementedError
 
 
@@ -147,11 +174,58 @@ class MemoryOptions(_Options):
             yield "top_k", f" must be a positive integer, not {self.top_k!r}"
 
 
-_O = TypeVar("_O", LoopOptions, OutputOptions, MemoryOptions)
+_KNOWLEDGE_MODES = ("tool", "static", "both")
+
+
+def _is_retriever(knowledge: object) -> bool:
+    # Imported only when configured: `import agentrt` never loads the memory package.
+    from agentrt.memory.retrieval import Retriever
+
+    return isinstance(knowledge, Retriever) and callable(knowledge.search)
+
+
+MAX_KNOWLEDGE_K = 20
+"""Most passages one search returns (`search_knowledge`'s ``k`` and ``knowledge_k``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnowledgeOptions(_Options):
+    """A knowledge base the agent answers from, with citations (``ReActAgent(knowledge=...)``).
+
+    Args:
+        knowledge: A `agentrt.memory.retrieval.Retriever` (e.g. an `agentrt.knowledge.Knowledge`).
+        mode: ``"tool"``: the model searches with ``search_knowledge``; ``"static"``: the top passages
+            for the user's request go into the system prompt of each call; ``"both"``.
+        top_k: Passages put into the prompt (static mode), 1 to 20.
+    """
+
+    knowledge: Retriever | None = field(default=None, metadata=_keyword("knowledge"))
+    mode: KnowledgeMode = field(default="tool", metadata=_keyword("knowledge_mode"))
+    top_k: int = field(default=4, metadata=_keyword("knowledge_k"))
+
+    def _complaints(self) -> Iterator[tuple[str, str] | tuple[str, str, type[UserError]]]:
+        knowledge = self.knowledge
+        if knowledge is not None and not _is_retriever(knowledge):
+            yield (
+                "knowledge",
+                " must implement agentrt.memory.retrieval.Retriever (an async search(query, k, filters)), "
+                f"not {type(knowledge).__name__!r}",
+                InvalidTypeError,
+            )
+        if self.mode not in _KNOWLEDGE_MODES:
+            yield "mode", f" must be 'tool', 'static' or 'both', not {self.mode!r}", InvalidValueError
+        top_k = self.top_k
+        if not isinstance(top_k, int) or isinstance(top_k, bool):
+            yield "top_k", f" must be an integer from 1 to {MAX_KNOWLEDGE_K}, not {top_k!r}", InvalidTypeError
+        elif not 1 <= top_k <= MAX_KNOWLEDGE_K:
+            yield "top_k", f" must be an integer from 1 to {MAX_KNOWLEDGE_K}, not {top_k!r}", InvalidValueError
+
+
+_O = TypeVar("_O", LoopOptions, OutputOptions, MemoryOptions, KnowledgeOptions)
 # Each group's default object (checked once) and its field defaults.
 _DEFAULTS: dict[type[Any], tuple[Any, dict[str, Any]]] = {
     kind: (kind(), {f.name: f.default for f in dataclasses.fields(kind)})
-    for kind in (LoopOptions, OutputOptions, MemoryOptions)
+    for kind in (LoopOptions, OutputOptions, MemoryOptions, KnowledgeOptions)
 }
 
 
@@ -186,7 +260,7 @@ def _from_keywords(kind: type[_O], flat: Mapping[str, Any]) -> _O:
         return kind(**flat)
     except _InvalidOptionError as exc:
         keyword = next(f.metadata[_KEYWORD] for f in dataclasses.fields(kind) if f.name == exc.field_name)
-        raise UserError(f"{keyword}{exc.complaint}") from None
+        raise exc.public(f"{keyword}{exc.complaint}") from None
 
 
 def _same(a: object, b: object) -> bool:

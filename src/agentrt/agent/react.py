@@ -13,7 +13,14 @@ from agentrt.agent._output import OutputMode
 from agentrt.agent._run import Run
 from agentrt.agent._skills import AgentSkills
 from agentrt.agent.base import AgentBase
-from agentrt.agent.options import LoopOptions, MemoryMode, MemoryOptions, OutputOptions, resolve_options
+from agentrt.agent.options import (
+    KnowledgeOptions,
+    LoopOptions,
+    MemoryMode,
+    MemoryOptions,
+    OutputOptions,
+    resolve_options,
+)
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import GenerateReason, Msg, new_id
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from agentrt.agent.base import AgentInput
     from agentrt.memory.compression import ContextCompressor, ContextConfig
     from agentrt.memory.long_term import LongTermMemory, MemoryItem
+    from agentrt.memory.retrieval import KnowledgeMode, Retriever
     from agentrt.tool.skills import Skill, SkillSource
 
 __all__ = ["MemoryMode", "ReActAgent"]
@@ -95,6 +103,13 @@ class ReActAgent(AgentBase):
             of these (later ones win on a name clash, and over the toolkit's skills). The system
             prompt lists each skill's name and description; the model loads one with ``load_skill``.
             See docs/harness.md.
+        knowledge: A knowledge base to answer from with citations: an `agentrt.knowledge.Knowledge`, or
+            any `agentrt.memory.retrieval.Retriever`. The reply's ``metadata["citations"]`` lists the
+            passages its turn used (`Citation.to_dict`, deduplicated by chunk id, in first-use order).
+        knowledge_mode: ``"tool"`` (the default): the model gets a read-only ``search_knowledge(query,
+            k, filters)`` tool; ``"static"``: the top passages for the user's latest message go into the
+            system prompt of each call; ``"both"``.
+        knowledge_k: Passages put into the prompt in static mode (1 to 20, default 4).
 
     A group object and its flat keywords may be mixed only when they agree: a flat keyword left at
     its default defers to the object, one set to another value than the object's is a `UserError`.
@@ -104,6 +119,7 @@ class ReActAgent(AgentBase):
         "_background",
         "_chains",
         "_context",
+        "_knowledge",
         "_long_term_memory",
         "_manual_compressor",
         "_model",
@@ -114,6 +130,8 @@ class ReActAgent(AgentBase):
         "_system_msg",
         "conflict_policy",
         "context_config",
+        "knowledge_k",
+        "knowledge_mode",
         "max_iters",
         "memory_extraction",
         "memory_mode",
@@ -159,6 +177,9 @@ class ReActAgent(AgentBase):
         output_options: OutputOptions | None = None,
         memory: MemoryOptions | None = None,
         skills: SkillSource | None = None,
+        knowledge: Retriever | None = None,
+        knowledge_mode: KnowledgeMode = "tool",
+        knowledge_k: int = 4,
     ) -> None:
         super().__init__(
             name, description=description, state_store=state_store, lock_timeout=lock_timeout, state_key=state_key
@@ -185,6 +206,9 @@ class ReActAgent(AgentBase):
                 "summary_model": summary_model,
             },
         )
+        knowledge_options = resolve_options(
+            "knowledge", None, KnowledgeOptions, {"knowledge": knowledge, "mode": knowledge_mode, "top_k": knowledge_k}
+        )
         self.sys_prompt = sys_prompt
         self._model = model
         self._model_ready = False
@@ -202,11 +226,16 @@ class ReActAgent(AgentBase):
         self.memory_top_k = memory.top_k
         self.memory_extraction = memory.extraction
         self._summary_model: ChatModel | str | None = memory.summary_model
+        self._knowledge = knowledge_options.knowledge
+        self.knowledge_mode: KnowledgeMode = knowledge_options.mode
+        self.knowledge_k = knowledge_options.top_k
         self.context_config = context
         self._context = _compressor_for(context)
         self._manual_compressor: ContextCompressor | None = None
         self._background: set[asyncio.Task[Any]] | None = None
-        self._session_tools = _extra_tools(self.toolkit, memory, context, enable_meta_tool, enable_task_list)
+        self._session_tools = _extra_tools(
+            self.toolkit, memory, knowledge_options, context, enable_meta_tool, enable_task_list
+        )
         self._chains: _loop.Chains | None = None
         self._system_msg: Msg | None = None
         self._skills = AgentSkills(self, skills)
@@ -250,6 +279,11 @@ class ReActAgent(AgentBase):
     def long_term_memory(self) -> LongTermMemory | None:
         """The agent's long-term memory, if any."""
         return self._long_term_memory
+
+    @property
+    def knowledge(self) -> Retriever | None:
+        """The agent's knowledge base, if any (``knowledge=``)."""
+        return self._knowledge
 
     @property
     def summary_model(self) -> ChatModel:
@@ -485,11 +519,12 @@ def _compressor_for(context: ContextConfig | None) -> ContextCompressor | None:
 def _extra_tools(
     toolkit: Toolkit,
     memory: MemoryOptions,
+    knowledge: KnowledgeOptions,
     context: ContextConfig | None,
     enable_meta_tool: bool,
     enable_task_list: bool,
 ) -> dict[str, Tool] | None:
-    """The tools the agent adds to every session (meta tool, task list, memory, compress), by name."""
+    """The tools the agent adds to every session (meta tool, task list, memory, knowledge, compress), by name."""
     extra: list[Tool] = []
     if enable_meta_tool or enable_task_list:
         from agentrt.agent._session_tools import meta_tool, todo_tool
@@ -503,6 +538,10 @@ def _extra_tools(
         from agentrt.agent._memory_tools import recall_tool, remember_tool
 
         extra.extend((remember_tool(long_term_memory), recall_tool(long_term_memory)))
+    if knowledge.knowledge is not None and knowledge.mode != "static":
+        from agentrt.agent._knowledge import search_tool
+
+        extra.append(search_tool(knowledge.knowledge))
     if context is not None and context.expose_tool:
         from agentrt.agent._memory_tools import compress_tool
 

@@ -24,6 +24,7 @@ __all__ = [
     "HealthResponse",
     "InterruptRequest",
     "InterruptResponse",
+    "KnowledgeCitation",
     "MessageRequest",
     "MessageResponse",
     "MsgModel",
@@ -452,6 +453,21 @@ class ChatUsage(BaseModel):
     total_tokens: int
 
 
+class KnowledgeCitation(BaseModel):
+    """A knowledge passage a reply cites (an entry of the reply's ``metadata["citations"]``)."""
+
+    chunk_id: str
+    source: str = Field(description="The document: a path, a URL or a name given when it was added.")
+    title: str | None = None
+    location: str | None = Field(default=None, description="Page, section (heading path) or both.")
+
+
+_CITATIONS = (
+    "agentrt extension: the knowledge passages the reply cites, when the agent has knowledge and used some "
+    "(absent otherwise)."
+)
+
+
 class ChatCompletion(BaseModel):
     """A Chat Completions response."""
 
@@ -461,6 +477,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[ChatChoice]
     usage: ChatUsage
+    citations: list[KnowledgeCitation] | None = Field(default=None, description=_CITATIONS)
 
 
 class ChatCompletionChunk(BaseModel):
@@ -472,3 +489,6 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[dict[str, Any]]
     usage: ChatUsage | None = None
+    citations: list[KnowledgeCitation] | None = Field(
+        default=None, description=_CITATIONS + " Only on the chunk carrying `finish_reason`."
+    )

@@ -11,6 +11,12 @@ per pending call, its id being the tool call id). The client resumes with a new 
 thread whose ``resume`` entries (or ``forwardedProps.confirm_results``) answer them. Client-side
 tools (``RunAgentInput.tools``) become external tools of the run: a call of one ends the run with
 ``pendingToolCallIds`` and the client answers with a ``tool`` message. See ``docs/protocols.md``.
+
+Knowledge citations (an agent with ``knowledge=``): a reply that cites passages is followed, just
+before ``RUN_FINISHED``, by a ``CUSTOM`` event ``agentrt.citations`` whose value is
+``{"reply_id": ..., "citations": [{"chunk_id", "source", "title", "location"}, ...]}``; each
+``search_knowledge`` result's ``TOOL_CALL_RESULT`` carries the citations of its passages in
+``metadata.agentrt.citations``.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from starlette.routing import BaseRoute, Route
 
 from agentrt import _json
 from agentrt import events as ev
+from agentrt.agent._knowledge import META_CITATIONS, citation_list
 from agentrt.agent.base import AgentBase
 from agentrt.agent.react import ReActAgent
 from agentrt.context import RuntimeContext
@@ -92,7 +99,7 @@ from agentrt.message import (
 )
 from agentrt.message import TokenUsage as AgentrtUsage
 from agentrt.server._errors import ApiError
-from agentrt.server.context import ServerContext, pending_calls
+from agentrt.server.context import ServerContext, citations_of, pending_calls
 from agentrt.state.base import AgentState
 from agentrt.state.pending import EXTERNAL
 from agentrt.tool.base import Tool
@@ -100,6 +107,7 @@ from agentrt.tool.toolkit import Toolkit
 
 __all__ = [
     "APPROVAL_RESPONSE_SCHEMA",
+    "CUSTOM_CITATIONS",
     "CUSTOM_CONTEXT_COMPRESSED",
     "CUSTOM_IGNORED_TOOLS",
     "CUSTOM_REQUIRE_EXTERNAL_EXECUTION",
@@ -122,6 +130,8 @@ CUSTOM_USAGE = "agentrt.usage"
 CUSTOM_CONTEXT_COMPRESSED = "agentrt.context_compressed"
 """``CUSTOM`` event: the session's prompt was compressed to fit the context window."""
 CUSTOM_IGNORED_TOOLS = "agentrt.ignored_tools"
+CUSTOM_CITATIONS = "agentrt.citations"
+"""``CUSTOM`` event: the knowledge passages the run's reply cites (value: reply id and the citations)."""
 """``CUSTOM`` event: client tools of the input that this run could not offer to the model, and why."""
 INTERRUPT_REASON = "tool_approval"
 """`Interrupt.reason` of an approval interrupt."""
@@ -707,6 +717,10 @@ class EventTranslator:
 
     def _on_tool_result(self, event: ev.ToolResult, stream: _Stream, out: list[BaseEvent]) -> None:
         result = event.result
+        meta: dict[str, Any] = {"state": result.state, "name": result.name, "elapsed": event.elapsed}
+        cited = citation_list(result.metadata.get(META_CITATIONS)) if result.metadata else []
+        if cited:
+            meta["citations"] = cited
         out.append(
             ToolCallResultEvent(
                 message_id=f"result-{result.id}",
@@ -714,7 +728,7 @@ class EventTranslator:
                 content=result.text,
                 role="tool",
                 subagent_run_id=stream.subagent,
-                metadata={"agentrt": {"state": result.state, "name": result.name, "elapsed": event.elapsed}},
+                metadata={"agentrt": meta},
             )
         )
 
@@ -747,6 +761,12 @@ class EventTranslator:
             out.append(SubagentFinishedEvent(subagent_run_id=event.reply_id, outcome=outcome))
         elif reason is GenerateReason.INTERRUPTED:
             self._outcome = RunFinishedCancelledOutcome()
+        else:
+            citations = citations_of(event.msg)
+            if citations:
+                out.append(
+                    CustomEvent(name=CUSTOM_CITATIONS, value={"reply_id": event.reply_id, "citations": citations})
+                )
 
     def _on_run_error(self, event: ev.RunError, stream: _Stream, out: list[BaseEvent]) -> None:
         self._close_stream(stream, out)

@@ -34,7 +34,7 @@ from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
 from agentrt.tool.questions import QuestionPolicy
 
-__all__ = ["ServerContext", "pending_calls", "validation_error"]
+__all__ = ["ServerContext", "citations_of", "pending_calls", "validation_error"]
 
 logger = logging.getLogger("agentrt.server")
 
@@ -350,3 +350,14 @@ def validation_error(exc: ValidationError) -> ApiError:
 def pending_calls(state: AgentState) -> list[PendingCall]:
     """The tool calls a paused session waits for (approvals and external calls, subagents' included)."""
     return [c for c in flatten_pending(state.pending) if c.kind in (CONFIRM, EXTERNAL)]
+
+
+def citations_of(reply: Msg) -> list[dict[str, str | None]]:
+    """The knowledge citations of a reply (``metadata["citations"]``), in the `Citation.to_dict` shape.
+
+    What the facades pass on; entries without that shape are left out, so a reply written by other
+    code can never break a response.
+    """
+    from agentrt.agent._knowledge import CITATIONS, citation_list
+
+    return citation_list(reply.metadata.get(CITATIONS)) if reply.metadata else []

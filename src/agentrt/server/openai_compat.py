@@ -21,6 +21,14 @@ that text as the reason the model sees. For an external tool the content is the 
 user message answers every pending approval: ``approve``/``yes`` approves, ``deny``/``no`` denies,
 anything else denies and passes the text on to the agent.
 
+Citations: when the reply cites knowledge passages (``reply.metadata["citations"]``, an agent with
+``knowledge=``), the completion carries them in an extra top-level ``citations`` field (a list of
+``{"chunk_id", "source", "title", "location"}``), on the ``chat.completion`` object and, streamed,
+on the chunk that carries ``finish_reason``. OpenAI's own ``message.annotations`` is not used: its
+only kind, ``url_citation``, needs a URL and the character range of the cited text in the content,
+which a knowledge passage does not have, and stream deltas have no annotations at all. Clients
+that do not know the field ignore it.
+
 ``GET /v1/models`` lists the served agents as models (``GET /v1/models/{id}`` one of them).
 """
 
@@ -54,6 +62,7 @@ from agentrt.server._errors import ApiError, error_for_exception, json_response
 from agentrt.server._limits import header_safe
 from agentrt.server._models import ChatCompletion, ChatCompletionRequest, ChatMessage
 from agentrt.server._openapi import error_responses, schema_ref
+from agentrt.server.context import citations_of
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
 
 if TYPE_CHECKING:
@@ -495,7 +504,7 @@ class _Completion:
         message: dict[str, Any] = {"role": "assistant", "content": self._content(reply), "refusal": None}
         if self.pending:
             message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in self._tool_calls()]
-        return {
+        body = {
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
@@ -510,14 +519,19 @@ class _Completion:
             ],
             "usage": self._usage(reply.usage),
         }
+        citations = citations_of(reply)
+        if citations:
+            body["citations"] = citations
+        return body
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         chunk = {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
         }
         return b"data: " + _json.dumps_bytes(chunk) + b"\n\n"
 
@@ -540,7 +554,9 @@ class _Completion:
                 frames.append(
                     self._chunk({"content": ("\n\n" if self.parts else "") + note, "tool_calls": self._tool_calls()})
                 )
-            frames.append(self._chunk({}, _FINISH.get(reply.generate_reason, "stop")))
+            citations = citations_of(reply)
+            extra = {"citations": citations} if citations else {}
+            frames.append(self._chunk({}, _FINISH.get(reply.generate_reason, "stop"), **extra))
             if self.include_usage:
                 usage_chunk = {
                     "id": self.id,

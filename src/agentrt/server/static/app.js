@@ -821,12 +821,14 @@ class Turn {
     this.stepEls = [];
     this.usage = { input: 0, output: 0 };
     this.body = h("div", { class: "msg-body" });
+    this.sources = h("nav", { class: "citations", "aria-label": "Sources", hidden: true });
     this.footer = h("footer", { class: "msg-footer muted" });
     this.el = h(
       "article",
       { class: "msg assistant", "aria-label": `${this.source} replied` },
       h("header", { class: "msg-head" }, h("span", { class: "who" }, this.source)),
       this.body,
+      this.sources,
       this.footer,
     );
     follow(() => ui.log.append(this.el));
@@ -909,6 +911,14 @@ class Turn {
     this.renderFooter();
   }
 
+  /** Show the knowledge passages the reply cites (its `metadata.citations`), numbered, under the message. */
+  setCitations(citations) {
+    const items = citationList(citations);
+    if (!items.length) return;
+    setChildren(this.sources, h("h4", {}, "Sources"), h("ol", {}, items.map(citationItem)));
+    this.sources.hidden = false;
+  }
+
   renderFooter(reason) {
     if (reason !== undefined) this.reason = reason;
     const parts = [];
@@ -940,6 +950,36 @@ class Turn {
         this.#add(h("p", { class: "muted" }, `[${block.type}]`));
     }
   }
+}
+
+/** The well-formed entries of a reply's `metadata.citations` (anything else is ignored). */
+function citationList(citations) {
+  if (!Array.isArray(citations)) return [];
+  return citations.filter(
+    (c) => c && typeof c === "object" && typeof c.chunk_id === "string" && typeof c.source === "string",
+  );
+}
+
+/**
+ * One cited passage: "title — location" (a link only when the source is an http(s) URL), then the
+ * source and the chunk id. Citations come from documents, which anyone may have written: text only.
+ */
+function citationItem(c) {
+  const title = str(c.title) || c.source;
+  const label = str(c.location) ? `${title} — ${c.location}` : title;
+  const url = safeUrl(c.source);
+  const head = url
+    ? h("a", { class: "citation-link", href: url.href, target: "_blank", rel: "noopener noreferrer" }, label)
+    : h("span", { class: "citation-title" }, label);
+  return h(
+    "li",
+    { class: "citation", dataset: { chunkId: c.chunk_id } },
+    head,
+    " ",
+    h("span", { class: "citation-source muted" }, c.source),
+    " ",
+    h("code", { class: "citation-id", title: "chunk id" }, c.chunk_id),
+  );
 }
 
 const REASON_LABELS = {
@@ -1098,6 +1138,7 @@ function finishTurn(ev) {
   }
   if (turn) {
     turn.settleThinking();
+    turn.setCitations(msg.metadata && msg.metadata.citations);
     turn.renderFooter(reason);
   }
   if (ownRun && app.run) app.run.finished = reason;
@@ -1405,6 +1446,7 @@ function renderHistory(state) {
       if (!turn) turn = new Turn(msg.name || app.agent);
       for (const block of msg.content) turn.addBlock(block);
       turn.addUsage(msg.usage);
+      turn.setCitations(msg.metadata && msg.metadata.citations);
       turn.renderFooter((msg.metadata && msg.metadata.generate_reason) || "stop");
     } else if (msg.role === "user") {
       for (const block of msg.content) {
