@@ -1,5 +1,8 @@
 """The HTTP server under load: N concurrent SSE sessions against a real uvicorn process.
 
+The "floor" rows serve the same request and the same SSE events from a bare Starlette endpoint on
+the same uvicorn (no agent, no store): what the HTTP stack alone costs on this machine.
+
 The server (a separate process started by this script) serves one agent whose scripted model
 answers after 200 ms (streamed word by word), with the in-memory store. The client opens N SSE
 streams at once (``POST .../messages`` with ``stream: true``, one session each, over aiohttp) and
@@ -61,7 +64,54 @@ def _drop_redis_keys(url: str) -> None:
         client.close()
 
 
+def serve_floor(port: int, latency: float) -> None:
+    """The floor row: bare Starlette + uvicorn answering the same request with the same SSE events, no agent."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    from agentrt.server._serve import graceful_server
+
+    words = [w + " " for w in ANSWER.split(" ")]
+
+    async def message(request: Request) -> StreamingResponse:
+        if request.headers.get("authorization") != f"Bearer {KEY}":
+            raise RuntimeError("unauthenticated")
+        body = json.loads(await request.body())
+
+        async def events() -> Any:
+            started = json.dumps({"type": "run_started", "input": body["input"]}).encode()
+            yield b"event: run_started\ndata: " + started + b"\n\n"
+            await asyncio.sleep(latency)
+            for word in words:
+                yield b'event: text_delta\ndata: {"type":"text_delta","delta":' + json.dumps(word).encode() + b"}\n\n"
+            yield b'event: run_finished\ndata: {"type":"run_finished"}\n\n'
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def stats(request: Request) -> JSONResponse:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return JSONResponse({"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_kib": usage.ru_maxrss})
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    app = Starlette(
+        routes=[
+            Route("/v1/agents/bench/sessions/{session_id}/messages", message, methods=["POST"]),
+            Route("/_bench/stats", stats),
+            Route("/healthz", healthz),
+        ]
+    )
+    server = graceful_server(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
+    asyncio.run(server.serve())
+
+
 def serve(port: int, latency: float, store_url: str = "memory") -> None:
+    if store_url == "floor":
+        serve_floor(port, latency)
+        return
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -245,7 +295,13 @@ def matrix() -> list[tuple[int, str]]:
     """The committed rows: 1,000 and 10,000 sessions in memory, 10,000 on SQLite and (if it answers) Redis."""
     import tempfile
 
-    rows = [(1000, "memory"), (10_000, "memory"), (10_000, f"sqlite:///{tempfile.mkdtemp()}/server-bench.db")]
+    rows = [
+        (1000, "floor"),
+        (1000, "memory"),
+        (10_000, "floor"),
+        (10_000, "memory"),
+        (10_000, f"sqlite:///{tempfile.mkdtemp()}/server-bench.db"),
+    ]
     try:
         with socket.create_connection(("127.0.0.1", 6379), timeout=1):
             rows.append((10_000, "redis://127.0.0.1:6379/0"))
@@ -257,7 +313,11 @@ def matrix() -> list[tuple[int, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, help="one row with this many sessions (printed, not written)")
-    parser.add_argument("--store", default="memory", help="'memory' or a store URL (with --sessions)")
+    parser.add_argument(
+        "--store",
+        default="memory",
+        help="'memory', a store URL, or 'floor' (bare Starlette answering with the same events, no agent)",
+    )
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=3, help="best round (by wall time) is reported")
     parser.add_argument(
