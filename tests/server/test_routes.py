@@ -10,7 +10,7 @@ import httpx
 import pytest
 from server_agents import ALICE, CITATIONS, KEYS, knowledge_agent, make_agent, parse_sse
 
-from agentrt import Msg
+from agentrt import Msg, ReActAgent
 from agentrt.errors import UserError
 from agentrt.server import ApiKeyAuth, create_app
 from agentrt.state import InMemoryStateStore
@@ -211,3 +211,27 @@ async def test_native_routes_pass_the_reply_citations_on(store: InMemoryStateSto
         r = await client.get(f"{base}/k1", headers=ALICE)
         stored = [m["metadata"]["citations"] for m in r.json()["messages"] if "citations" in m.get("metadata", {})]
         assert stored == [CITATIONS, CITATIONS]  # both replies, as stored in the session
+
+
+async def test_an_agent_that_streams_its_own_way_is_streamed_through_its_stream_events(
+    store: InMemoryStateStore,
+) -> None:
+    # The SSE route pushes a ReActAgent's events straight into the stream (`run_with_events`); an
+    # agent class that overrides `stream_events` must still be served by its own implementation.
+    from agentrt import events as ev
+
+    class Announcing(ReActAgent):
+        async def stream_events(self, input: Any = None, ctx: Any = None, *, output: Any = None) -> Any:
+            async for event in super().stream_events(input, ctx, output=output):
+                if isinstance(event, ev.RunFinished):
+                    yield ev.TextDelta(reply_id=event.reply_id, source=self.name, block_id="extra", delta="(announced)")
+                yield event
+
+    template = make_agent()
+    agent = Announcing(template.name, "You are a test agent.", model=template.model, toolkit=template.toolkit)
+    app = create_app({"bot": agent}, store=store, api_keys=KEYS, disconnect_grace=0.0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+        r = await client.post(f"{S}/own/messages", json={"input": "hi", "stream": True}, headers=ALICE)
+        assert r.status_code == 200, r.text
+        deltas = [json.loads(f["data"])["delta"] for f in parse_sse(r.text) if f["event"] == "text_delta"]
+        assert deltas[-1] == "(announced)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
@@ -120,6 +120,48 @@ class AgentBase(abc.ABC):
         async with contextlib.aclosing(stream_from(produce)) as events:
             async for event in events:
                 yield event
+
+    async def run_with_events(
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None,
+        on_event: Callable[[ev.AgentEvent], None],
+        *,
+        output: Any = None,
+    ) -> Msg:
+        """`stream_events` in push form: each event goes to `on_event` as it happens; returns the reply.
+
+        `on_event` runs synchronously in the run's own task, with no queue or generator between the
+        run and it (a server encodes each event as it comes; one task switch less per event). An
+        exception it raises stops the run as a consumer that stops reading a `stream_events`
+        iterator does: no more events reach it, the run is cancelled at its next step (checkpointed
+        first) and the exception is raised here. Cancelling the awaiting task stops the run the same way.
+        """
+        task = asyncio.current_task()
+        failed: list[BaseException] = []
+
+        def deliver(event: ev.AgentEvent) -> None:
+            if failed:
+                return
+            try:
+                on_event(event)
+            except Exception as exc:  # the consumer's failure, not the run's: stop the run at its next await
+                failed.append(exc)
+                if task is not None:
+                    task.cancel()
+
+        run = self._new_run(input, ctx, deliver, output)
+        try:
+            reply = await self._drive(run)
+            if _scopes.SCOPES.get():
+                await _scopes.announce(self, run.ctx, reply)
+            if failed:  # the run ended before an await took the cancellation: take it here
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            if not failed or task is None or task.uncancel() > 0:
+                raise  # cancelled from outside (too)
+            raise failed[0] from None
+        return reply
 
     def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
         """`call` for scripts without an event loop."""
