@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -147,6 +148,12 @@ class IteratorSource:
             await pump
 
 
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    """A reader's wait timed out (`LiveRun.read`)."""
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 class LiveRun:
     """A streamed run in progress: a buffer of its frames, numbered from 1.
 
@@ -164,7 +171,7 @@ class LiveRun:
         "_grace_handle",
         "_next_seq",
         "_readers",
-        "_wake",
+        "_waiters",
         "agent_name",
         "grace",
         "key",
@@ -182,7 +189,8 @@ class LiveRun:
         self._frames: deque[tuple[int, bytes]] = deque()
         self._next_seq = 1
         self._closed = False
-        self._wake = asyncio.Event()
+        self._waiters: list[asyncio.Future[bool]] = []
+        """Readers waiting for a frame: each its own future (a cancelled reader cancels only its own)."""
         self._readers: set[LiveRunReader] = set()
         self._grace_handle: asyncio.TimerHandle | None = None
 
@@ -202,8 +210,12 @@ class LiveRun:
         self._notify()
 
     def _notify(self) -> None:
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
+        waiters = self._waiters
+        if waiters:
+            self._waiters = []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(True)
 
     @property
     def closed(self) -> bool:
@@ -240,13 +252,24 @@ class LiveRun:
         """Frames numbered after `after`, waiting up to `timeout` for some; None when the run is over."""
         while True:
             if self._next_seq - 1 > after:
-                return [(seq, frame) for seq, frame in self._frames if seq > after]
+                frames = self._frames
+                # Sequence numbers are consecutive: skip to the first one after `after` by position.
+                start = max(0, after + 1 - frames[0][0]) if frames else 0
+                return list(itertools.islice(frames, start, None))
             if self._closed:
                 return None
-            wake = self._wake
+            # One future and one timer per wait (asyncio.wait_for would add a task per wait).
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_later(timeout, _expire, waiter)
             try:
-                await asyncio.wait_for(wake.wait(), timeout)
-            except TimeoutError:
+                woken = await waiter
+            finally:
+                timer.cancel()
+                with contextlib.suppress(ValueError):  # timed out or cancelled: withdraw the wait
+                    self._waiters.remove(waiter)
+            if not woken:
                 return []
 
     def _release(self, reader: LiveRunReader) -> None:
