@@ -7,11 +7,12 @@ object with an async `search` returning `Passage` objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-__all__ = ["Citation", "KnowledgeMode", "Passage", "Retriever", "SearchFilters", "format_passages"]
+__all__ = ["Citation", "KnowledgeMode", "Passage", "Retriever", "SearchFilters", "format_passages", "neutralize"]
 
 KnowledgeMode: TypeAlias = Literal["tool", "static", "both"]
 """``tool``: the model searches with `search_knowledge`; ``static``: the top passages for the user's
@@ -65,12 +66,34 @@ class Retriever(Protocol):
         ...
 
 
+_FENCE = re.compile(r"<(/?)(knowledge)", re.IGNORECASE)
+_HEADER = re.compile(r"^(\s*)\[(\d+)\]", re.MULTILINE)
+
+
+def neutralize(text: str) -> str:
+    """Passage text that cannot close or open a ``<knowledge>`` block nor forge a ``[n]`` passage header.
+
+    Documents are untrusted: a passage that contains ``</knowledge>`` would otherwise end the block
+    it is quoted in, and what follows would read as the surrounding (system) instructions.
+    """
+    return _HEADER.sub(r"\1(\2)", _FENCE.sub("\u2039\\1\\2", text))
+
+
+def _one_line(text: str) -> str:
+    return neutralize(" ".join(text.split()))
+
+
 def format_passages(passages: Sequence[Passage]) -> str:
-    """Numbered passages with their sources, as the model reads them (``[1] title — location``)."""
+    """Numbered passages with their sources, as the model reads them (``[1] title — location``).
+
+    Every field is `neutralize`-d and the header fields are put on one line, so a document cannot
+    end the block the passages are quoted in, nor pass itself off as another numbered passage.
+    """
     lines: list[str] = []
     for number, passage in enumerate(passages, 1):
-        head = passage.title or passage.source
+        head = _one_line(passage.title or passage.source)
         if passage.location:
-            head = f"{head} — {passage.location}"
-        lines.append(f"[{number}] {head} (source: {passage.source}, id: {passage.chunk_id})\n{passage.text}")
+            head = f"{head} — {_one_line(passage.location)}"
+        source, chunk_id = _one_line(passage.source), _one_line(passage.chunk_id)
+        lines.append(f"[{number}] {head} (source: {source}, id: {chunk_id})\n{neutralize(passage.text)}")
     return "\n\n".join(lines)
