@@ -21,7 +21,9 @@ async def test_a_waiting_reader_is_woken_by_a_frame_and_a_timeout_returns_nothin
     reading = asyncio.ensure_future(live.read(0, 5))
     await asyncio.sleep(0)
     live.push("text_delta", b"{}")
-    [(seq, frame)] = await reading
+    got = await reading
+    assert got is not None
+    [(seq, frame)] = got
     assert seq == 1 and b"tok:1" in frame
     live.close()
     assert await live.read(1, 5) is None
@@ -36,7 +38,8 @@ async def test_a_cancelled_reader_does_not_disturb_the_others() -> None:
     await asyncio.sleep(0)
     assert len(live._waiters) == 1  # the cancelled reader's wait was withdrawn
     live.push("text_delta", b'{"delta":"x"}')
-    assert [seq for seq, _ in await second] == [1]
+    woken = await second
+    assert woken is not None and [seq for seq, _ in woken] == [1]
     assert first.cancelled()
     assert live._waiters == []
 
@@ -55,8 +58,9 @@ def test_a_read_returns_exactly_the_buffered_frames_after_its_position(
             if after >= count:
                 assert await live.read(after, 0.001) == []
                 continue
-            got = [seq for seq, _ in await live.read(after, 0.001)]
-            assert got == [seq for seq in buffered if seq > after]
+            frames = await live.read(after, 0.001)
+            assert frames is not None
+            assert [seq for seq, _ in frames] == [seq for seq in buffered if seq > after]
         assert live._waiters == []
 
     asyncio.run(check())
