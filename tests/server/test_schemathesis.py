@@ -1,7 +1,7 @@
 """Property-based requests generated from /openapi.json: the server never answers with a 5xx.
 
 Schemathesis (https://schemathesis.io) generates valid and invalid requests for every operation
-in the schema, including the OpenAI-compatible facade, and checks the responses against it.
+in the schema, including the OpenAI-compatible facade and the knowledge routes, and checks the responses against it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 
 from agentrt import ReActAgent, Toolkit, ToolUseBlock, tool  # noqa: E402
+from agentrt.knowledge import Knowledge  # noqa: E402
 from agentrt.model import ModelRequest, ScriptedModel  # noqa: E402
 from agentrt.server import create_app  # noqa: E402
 from agentrt.state import InMemoryStateStore  # noqa: E402
@@ -46,7 +47,13 @@ def plan(request: ModelRequest) -> Any:
 
 def build() -> Any:
     agent = ReActAgent("bot", "sys", model=ScriptedModel.from_function(plan, record=False), toolkit=Toolkit([danger]))
-    return create_app({"bot": agent}, store=InMemoryStateStore(), api_keys={"fuzz-key": "fuzzer"}, facades=("openai",))
+    return create_app(
+        {"bot": agent},
+        store=InMemoryStateStore(),
+        api_keys={"fuzz-key": "fuzzer"},
+        facades=("openai",),
+        knowledge=Knowledge("docs", store="memory://"),
+    )
 
 
 app = build()

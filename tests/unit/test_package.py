@@ -197,6 +197,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "Knowledge",
         "KnowledgeStore",
         "MemoryKnowledgeStore",
+        "NoCallerError",
         "OpenAIEmbeddings",
         "Passage",
         "PostgresKnowledgeStore",

@@ -15,6 +15,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   list an MCP server's tools.
 - ``agentrt skills list PATH... [--json]`` / ``agentrt skills show PATH [NAME]``: the Agent Skills
   (SKILL.md folders) of some folders; one skill's front matter and instructions.
+- ``agentrt knowledge add|search|list|delete ... --kb NAME [--db URL]``: knowledge bases (documents
+  in, passages out), on ``AGENTRT_KNOWLEDGE_URL`` or ``~/.agentrt/knowledge.db`` by default.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -138,6 +140,9 @@ def build_app() -> "typer.Typer":
     from agentrt.cli.skills import build_skills_app
 
     app.add_typer(build_skills_app(), name="skills")
+    from agentrt.cli.knowledge import build_knowledge_app
+
+    app.add_typer(build_knowledge_app(), name="knowledge")
     return app
 
 

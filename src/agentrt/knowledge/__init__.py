@@ -1,7 +1,8 @@
 """Knowledge bases: documents in, passages with citations out (retrieval-augmented answers).
 
 - `Knowledge`: ``await kb.add(paths_or_urls_or_texts)``, ``await kb.search(query, k, filters)``;
-  ``ReActAgent(knowledge=kb)`` answers from it and cites its passages.
+  ``ReActAgent(knowledge=kb)`` answers from it and cites its passages; ``Knowledge(name,
+  per_user=True)`` uses the caller's user id as its namespace (`NoCallerError` outside a call).
 - `KnowledgeStore` (protocol) with `MemoryKnowledgeStore` (in-process), `SqliteKnowledgeStore`
   (the default: one file, FTS5 and sqlite-vec) and `PostgresKnowledgeStore` (tsvector, pgvector
   where installed); every backend passes `agentrt.testing.check_knowledge_store`.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentrt.knowledge.base import AddReport, Chunk, Document, KnowledgeStore
-from agentrt.knowledge.knowledge import Knowledge
+from agentrt.knowledge.knowledge import Knowledge, NoCallerError
 from agentrt.knowledge.stores.memory import MemoryKnowledgeStore
 from agentrt.memory.retrieval import Citation, Passage
 
@@ -33,6 +34,7 @@ __all__ = [
     "Knowledge",
     "KnowledgeStore",
     "MemoryKnowledgeStore",
+    "NoCallerError",
     "OpenAIEmbeddings",
     "Passage",
     "PostgresKnowledgeStore",

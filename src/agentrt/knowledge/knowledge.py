@@ -236,13 +236,39 @@ class Knowledge:
         meta = _check_metadata(metadata)
         targets: list[Target] = []
         skipped: list[str] = []
-        failed: list[tuple[str, str]] = []
         for item in listed:
             if not isinstance(item, str | os.PathLike):
                 raise InvalidTypeError(f"add takes paths, URLs and texts, not {type(item).__name__}")
             found, unsupported = await asyncio.to_thread(expand, item, source)
             targets.extend(found)
             skipped.extend(unsupported)
+        return await self._ingest(namespace, targets, skipped, meta, progress)
+
+    async def add_text(
+        self, text: str, *, source: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> AddReport:
+        """Index `text` itself, never read as a path or fetched as a URL, under `source` (default ``text:<hash>``)."""
+        from agentrt.knowledge.loaders import Target, text_source
+
+        if not isinstance(text, str):
+            raise InvalidTypeError(f"text must be a string, not {type(text).__name__}")
+        if source is not None and (not isinstance(source, str) or not source):
+            raise InvalidValueError("source must be a non-empty string")
+        namespace = self.current_namespace()
+        meta = _check_metadata(metadata)
+        target = Target("text", text, source or text_source(text))
+        return await self._ingest(namespace, [target], [], meta, None)
+
+    async def _ingest(
+        self,
+        namespace: str,
+        targets: list[Target],
+        skipped: list[str],
+        meta: dict[str, Any],
+        progress: Progress | None,
+    ) -> AddReport:
+        """Index `targets` one by one; a failure is reported and the others go on."""
+        failed: list[tuple[str, str]] = []
         added: list[str] = []
         chunks = 0
         for done, target in enumerate(targets, 1):

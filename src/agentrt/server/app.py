@@ -12,7 +12,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
@@ -27,6 +27,9 @@ from agentrt.server._sse import DEFAULT_HEARTBEAT
 from agentrt.server.context import ServerContext, pending_calls, validation_error
 from agentrt.server.routes import service_routes, session_routes
 from agentrt.state.base import AgentStateStore
+
+if TYPE_CHECKING:
+    from agentrt.knowledge import Knowledge
 
 __all__ = ["DEFAULT_FACADES", "ServerContext", "create_app", "pending_calls", "validation_error"]
 
@@ -80,6 +83,8 @@ def create_app(
     facades: Sequence[str] = DEFAULT_FACADES,
     static_dir: str | Path | None = None,
     debug: bool = False,
+    knowledge: Knowledge | None = None,
+    max_upload_bytes: int = 20 * 1024 * 1024,
 ) -> Starlette:
     """The ASGI app serving `agents` over HTTP (see docs/server.md).
 
@@ -100,6 +105,9 @@ def create_app(
             module path exposing ``routes(server)``); one whose module or SDK is missing is skipped.
         static_dir: The web UI's folder (default: the packaged one, served at ``/`` if present).
         debug: Starlette debug mode (tracebacks in 500 responses; never in production).
+        knowledge: Serve ``/v1/knowledge`` over it: each user manages and searches the knowledge
+            bases of their own namespace (the user id) on its store (docs/knowledge.md).
+        max_upload_bytes: Largest document a knowledge route accepts (413 above; default 20 MiB).
     """
     named = _normalise_agents(agents)
     if auth is None:
@@ -134,6 +142,11 @@ def create_app(
     extra_paths: dict[str, Any] = {}
     for facade in facades:
         routes.extend(_load_facade(facade, server, extra_paths))
+    if knowledge is not None:
+        from agentrt.server.knowledge_routes import knowledge_openapi_paths, knowledge_routes
+
+        routes += knowledge_routes(server, knowledge, max_upload_bytes=max_upload_bytes)
+        extra_paths.update(knowledge_openapi_paths())
     routes += service_routes(server, extra_paths, static_dir)
 
     @contextlib.asynccontextmanager

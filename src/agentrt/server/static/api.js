@@ -109,6 +109,16 @@ export class Client {
     return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/answers`, { method: "POST", body });
   }
 
+  /** The caller's knowledge bases: {knowledge_bases: [{name}], default} (404 when the server serves none). */
+  listKnowledge() {
+    return this.json("knowledge");
+  }
+
+  /** One passage of a knowledge base (what a citation's chunk id names). */
+  getPassage(kb, chunkId) {
+    return this.json(`knowledge/${seg(kb)}/chunks/${seg(chunkId)}`);
+  }
+
   interrupt(agent, sessionId) {
     return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/interrupt`, { method: "POST", body: {} });
   }

@@ -27,6 +27,10 @@ const ui = {
   keyForm: $("key-form"),
   keyInput: $("api-key"),
   keyError: $("key-error"),
+  passageDialog: $("passage-dialog"),
+  passageTitle: $("passage-title"),
+  passageMeta: $("passage-meta"),
+  passageText: $("passage-text"),
 };
 
 const client = new Client({ onUnauthorized: () => askForKey("The server rejected the API key. Enter it again.") });
@@ -961,8 +965,8 @@ function citationList(citations) {
 }
 
 /**
- * One cited passage: "title — location" (a link only when the source is an http(s) URL), then the
- * source and the chunk id. Citations come from documents, which anyone may have written: text only.
+ * One cited passage: "title — location" (a link to the source when it is an http(s) URL, else a link
+ * opening the passage view, which fetches the passage by chunk id), then the source and the chunk id. Citations come from documents, which anyone may have written: text only.
  */
 function citationItem(c) {
   const title = str(c.title) || c.source;
@@ -970,7 +974,18 @@ function citationItem(c) {
   const url = safeUrl(c.source);
   const head = url
     ? h("a", { class: "citation-link", href: url.href, target: "_blank", rel: "noopener noreferrer" }, label)
-    : h("span", { class: "citation-title" }, label);
+    : h(
+        "a",
+        {
+          class: "citation-link citation-passage",
+          href: `#passage-${encodeURIComponent(c.chunk_id)}`,
+          onclick: (event) => {
+            event.preventDefault();
+            showPassage(c, label);
+          },
+        },
+        label,
+      );
   return h(
     "li",
     { class: "citation", dataset: { chunkId: c.chunk_id } },
@@ -980,6 +995,47 @@ function citationItem(c) {
     " ",
     h("code", { class: "citation-id", title: "chunk id" }, c.chunk_id),
   );
+}
+
+/** The passage a citation names, fetched from the caller's knowledge bases (the default one first). */
+async function fetchPassage(chunkId) {
+  const listing = await client.listKnowledge();
+  const names = (listing && Array.isArray(listing.knowledge_bases) ? listing.knowledge_bases : [])
+    .map((kb) => str(kb && kb.name))
+    .filter(Boolean);
+  const first = str(listing && listing.default);
+  const order = first ? [first, ...names.filter((n) => n !== first)] : names;
+  for (const kb of order) {
+    try {
+      return await client.getPassage(kb, chunkId);
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status !== 404) throw err;
+    }
+  }
+  return null;
+}
+
+/** Show a cited passage in a dialog, as text: documents are untrusted. */
+async function showPassage(c, label) {
+  ui.passageTitle.textContent = label;
+  ui.passageMeta.textContent = c.source;
+  ui.passageText.textContent = "Loading…";
+  if (!ui.passageDialog.open) ui.passageDialog.showModal();
+  let passage = null;
+  let problem = "";
+  try {
+    passage = await fetchPassage(c.chunk_id);
+  } catch (err) {
+    problem = err instanceof ApiError && err.status === 404 ? "" : String(err.message || err);
+  }
+  if (passage && typeof passage.text === "string") {
+    const where = [str(passage.source), str(passage.location)].filter(Boolean).join(" — ");
+    ui.passageMeta.textContent = str(passage.kb) ? `${where} (knowledge base ${passage.kb})` : where;
+    ui.passageText.textContent = passage.text;
+  } else {
+    ui.passageText.textContent =
+      problem || "This passage is not available: it was deleted, or this server does not serve knowledge bases.";
+  }
 }
 
 const REASON_LABELS = {
