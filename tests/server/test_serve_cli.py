@@ -128,3 +128,73 @@ def test_serve_command_reports_config_errors(tmp_path: Path) -> None:
 def test_event_json_equals_the_event_dict_with_the_public_session(event: Any) -> None:
     server = create_app(make_agent(), api_keys=KEYS).state.agentrt
     assert json.loads(server.event_json("bot", event)) == event.to_dict()
+
+
+def test_config_knowledge_and_upload_limit(tmp_path: Path) -> None:
+    path = tmp_path / "server.toml"
+    path.write_text('knowledge = "memory://"\nmax_upload_bytes = 4096\n')
+    config = load_config(path, environ={})
+    assert config.knowledge == "memory://" and config.max_upload_bytes == 4096
+    path.write_text("knowledge = 5\n")
+    with pytest.raises(UserError, match="'knowledge' must be a URL"):
+        load_config(path, environ={})
+
+
+def test_serve_knowledge_option_serves_each_users_own_knowledge_bases(tmp_path: Path) -> None:
+    """A real ``agentrt serve --knowledge sqlite:///...``: a user's upload lands in the file, in their namespace."""
+    import os
+    import socket
+    import sqlite3
+    import subprocess
+    import time
+    import urllib.request
+
+    root = Path(__file__).parents[2]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = tmp_path / "kb.db"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "src"), str(Path(__file__).parent)]),
+        "AGENTRT_API_KEYS": "key-a=alice,key-b=bob",
+    }
+    cmd = [sys.executable, "-m", "agentrt.cli", "serve", "server_agents:make_agent", "--port", str(port)]
+    cmd += ["--knowledge", f"sqlite:///{db}", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+
+    def call(method: str, path: str, key: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {key}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "agentrt serve exited"
+            try:
+                with urllib.request.urlopen(url + "/readyz", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)  # noqa: TID251 - sync test code, no event loop
+        status, _ = call("POST", "/v1/knowledge/handbook/documents", "key-a", {"text": "Vacation is 25 days a year."})
+        assert status == 201
+        status, found = call("GET", "/v1/knowledge/handbook/search?q=vacation", "key-a")
+        assert status == 200 and "25 days" in json.dumps(found)
+        status, found = call("GET", "/v1/knowledge/handbook/search?q=vacation", "key-b")
+        assert status == 200 and "25 days" not in json.dumps(found)  # bob has no such knowledge base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    with sqlite3.connect(db) as conn:  # the side effect: the document is in the file, under alice's namespace
+        rows = conn.execute("SELECT namespace, kb FROM kb_documents").fetchall()
+    assert rows == [("alice", "handbook")]

@@ -99,6 +99,10 @@ def build_app() -> "typer.Typer":
             str | None,
             typer.Option(help="TOML or JSON file: api_keys, store, limits (docs/server.md).", envvar="AGENTRT_CONFIG"),
         ] = None,
+        knowledge: Annotated[
+            str | None,
+            typer.Option(help="Knowledge store URL: serve /v1/knowledge, each user's own bases (docs/knowledge.md)."),
+        ] = None,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     ) -> None:
         """Serve agents over HTTP (REST + SSE, OpenAI-compatible chat completions, web UI)."""
@@ -121,11 +125,18 @@ def build_app() -> "typer.Typer":
             agents = load_agents(target)
             url = store or settings.store
             state_store = store_from_url(url) if url else None
-            application = create_app(agents, state_store, **settings.app_options())
+            knowledge_url = knowledge or settings.knowledge
+            kb = None
+            if knowledge_url:
+                from agentrt.knowledge import Knowledge
+
+                kb = Knowledge(store=knowledge_url)
+            application = create_app(agents, state_store, knowledge=kb, **settings.app_options())
         except AgentrtError as exc:
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
-        run_server(application, host=host, port=port, log_level=log_level, close=(state_store,) if state_store else ())
+        closing = tuple(item for item in (state_store, kb) if item is not None)
+        run_server(application, host=host, port=port, log_level=log_level, close=closing)
 
     from agentrt.cli.sessions import build_sessions_app
 

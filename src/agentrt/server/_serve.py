@@ -36,6 +36,8 @@ _CONFIG_KEYS = {
     "heartbeat",
     "event_buffer",
     "facades",
+    "knowledge",
+    "max_upload_bytes",
 }
 
 
@@ -52,6 +54,9 @@ class ServeConfig:
     heartbeat: float = 15.0
     event_buffer: int = 1024
     facades: tuple[str, ...] = ("openai", "agui", "a2a")
+    knowledge: str | None = None
+    """Store URL of the knowledge bases served under ``/v1/knowledge`` (none when unset)."""
+    max_upload_bytes: int = 20 * 1024 * 1024
 
     def app_options(self) -> dict[str, Any]:
         """Keyword arguments for `create_app`."""
@@ -64,6 +69,7 @@ class ServeConfig:
             "heartbeat": self.heartbeat,
             "event_buffer": self.event_buffer,
             "facades": self.facades,
+            "max_upload_bytes": self.max_upload_bytes,
         }
 
 
@@ -82,7 +88,8 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
 
     Keys: ``api_keys`` (table key -> user id), ``store``, ``max_body_bytes``, ``rate_limit``
     (``{rate = <per second>, burst = <n>}``), ``shutdown_timeout``, ``disconnect_grace``,
-    ``heartbeat``, ``event_buffer``, ``facades``.
+    ``heartbeat``, ``event_buffer``, ``facades``, ``knowledge`` (a knowledge store URL: serves
+    ``/v1/knowledge``), ``max_upload_bytes``.
     """
     env = os.environ if environ is None else environ
     data: dict[str, Any] = {}
@@ -118,6 +125,9 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
     store = data.get("store")
     if store is not None and not isinstance(store, str):
         raise UserError("config: 'store' must be a URL string")
+    knowledge = data.get("knowledge")
+    if knowledge is not None and not isinstance(knowledge, str):
+        raise UserError("config: 'knowledge' must be a URL string")
     facades = data.get("facades", ("openai", "agui", "a2a"))
     if not isinstance(facades, (list, tuple)) or not all(isinstance(f, str) for f in facades):
         raise UserError("config: 'facades' must be a list of names")
@@ -131,6 +141,8 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
         heartbeat=_number(data, "heartbeat", float, 15.0),
         event_buffer=_number(data, "event_buffer", int, 1024),
         facades=tuple(facades),
+        knowledge=knowledge,
+        max_upload_bytes=_number(data, "max_upload_bytes", int, 20 * 1024 * 1024),
     )
 
 
