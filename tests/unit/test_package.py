@@ -194,6 +194,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "Chunk",
         "Citation",
         "Document",
+        "EmbedTimeoutError",
         "Knowledge",
         "KnowledgeStore",
         "MemoryKnowledgeStore",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentrt.knowledge.base import AddReport, Chunk, Document, KnowledgeStore
-from agentrt.knowledge.knowledge import Knowledge, NoCallerError
+from agentrt.knowledge.knowledge import EmbedTimeoutError, Knowledge, NoCallerError
 from agentrt.knowledge.stores.memory import MemoryKnowledgeStore
 from agentrt.memory.retrieval import Citation, Passage
 
@@ -31,6 +31,7 @@ __all__ = [
     "Chunk",
     "Citation",
     "Document",
+    "EmbedTimeoutError",
     "Knowledge",
     "KnowledgeStore",
     "MemoryKnowledgeStore",

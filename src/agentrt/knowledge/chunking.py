@@ -214,20 +214,52 @@ class Chunker:
         return self._by_characters(text, unit)
 
     def _by_characters(self, text: str, unit: _Span) -> list[_Span]:
-        """A word longer than a chunk: the longest runs of characters that fit, in order."""
+        """A word longer than a chunk: the longest runs of characters that fit, in order.
+
+        Each run's end is searched near the previous run's length (runs of one word are alike),
+        galloping out from there, then bisecting: a few counts of about one chunk's text per run,
+        so an unbroken run of any length is cut in linear time. The search never looks past
+        `_run_limit` characters, which no run of `body_tokens` tokens reaches.
+        """
+        budget = self.body_tokens
+        limit = _run_limit(budget)
         out: list[_Span] = []
         start = unit.start
+        guess = max(1, budget // 2)  # a character costs 2 tokens at most (an emoji)
+
+        def fits(end: int) -> bool:
+            return count_tokens(text[start:end]) <= budget
+
         while start < unit.end:
-            lo, hi = start + 1, unit.end  # the end: largest index that fits (at least one character)
-            best = lo
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                if count_tokens(text[start:mid]) <= self.body_tokens:
-                    best, lo = mid, mid + 1
+            # the end: the largest index that fits, at least one character; the count grows with it
+            good, bad = start + 1, min(unit.end, start + limit) + 1  # `good` is taken, `bad` too far
+            probe = min(bad - 1, start + guess)
+            step = 1
+            if probe > good and fits(probe):
+                good = probe
+                while good + 1 < bad:  # gallop up
+                    probe = min(bad - 1, good + step)
+                    if not fits(probe):
+                        bad = probe
+                        break
+                    good, step = probe, step * 2
+            elif probe > good:
+                bad = probe
+                while good + 1 < bad:  # gallop down
+                    probe = max(good + 1, bad - step)
+                    if fits(probe):
+                        good = probe
+                        break
+                    bad, step = probe, step * 2
+            while good + 1 < bad:
+                mid = (good + bad) // 2
+                if fits(mid):
+                    good = mid
                 else:
-                    hi = mid - 1
-            out.append(_Span(start, best))
-            start = best
+                    bad = mid
+            out.append(_Span(start, good))
+            guess = good - start
+            start = good
         return out
 
     def _piece(self, text: str, body: _Span, previous: _Span | None, path: tuple[str, ...], page: int | None) -> Piece:
@@ -263,6 +295,17 @@ class Chunker:
             count_tokens(text[start:tail_end]) <= allowance
             and count_tokens(text[start : body.end]) <= self.chunk_tokens
         )
+
+
+def _run_limit(budget: int) -> int:
+    """Characters a run of `budget` tokens without whitespace never exceeds, with room to spare.
+
+    The estimate counts a run of ASCII letters at one token for its first six characters and four
+    characters a token after that (digits three a token, punctuation two, other scripts 2.5, CJK
+    one, emoji half), so ``budget`` tokens hold ``4 * budget + 2`` characters at most. Whitespace
+    can cost less (a newline run is one token), but a word cut at characters has none.
+    """
+    return 6 * budget + 8
 
 
 def _finer(text: str, unit: _Span, pattern: re.Pattern[str], *, split: bool) -> list[_Span]:

@@ -4,23 +4,26 @@ It checks what `Knowledge`, the agent and the server rely on: replacing a docume
 leaves nothing of the old version findable; namespaces and knowledge bases are sealed from each
 other (checked on side effects: the other tenant's documents are still there after a delete or a
 drop); BM25 puts the document with a rare term first; CJK queries find CJK text; every filter of
-`SearchFilters`; cosine order for vectors; a chunk looked up by id only within its own namespace and kb;
-and a query made of full-text operators or quotes
-never raises. Every check works in fresh random namespaces and drops what it wrote.
+`SearchFilters` (dates in every ISO spelling, None as JSON null, typed equality) and a typed
+error for a bad filter; cosine order for vectors, where a non-finite vector is never ranked; a
+chunk looked up by id only within its own namespace and kb; and a query made of full-text
+operators or quotes never raises. Every check works in fresh random namespaces and drops what it wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from agentrt.errors import InvalidTypeError, InvalidValueError
 from agentrt.knowledge.base import Chunk, Document, KnowledgeStore
 from agentrt.memory.retrieval import Passage
 
-__all__ = ["MALICIOUS_QUERIES", "check_knowledge_store"]
+__all__ = ["BAD_FILTERS", "MALICIOUS_QUERIES", "check_knowledge_store"]
 
 StoreFactory = Callable[[], "KnowledgeStore | Awaitable[KnowledgeStore]"]
 
@@ -47,6 +50,25 @@ MALICIOUS_QUERIES = (
     "",
 )
 """Queries a backend must survive: full-text operators (FTS5, tsquery), quotes, SQL, LIKE wildcards."""
+
+BAD_FILTERS: tuple[dict[Any, Any], ...] = (
+    {"source": 5},
+    {"source": [1, 2]},
+    {"source": ["s"] * 101},
+    {"tags": 5},
+    {"tags": ["t"] * 51},
+    {"year": 2**63},
+    {"year": math.nan},
+    {"year": "\ud800"},
+    {"source": "\ud800"},
+    {"year": object()},
+    {"since": "not a date"},
+    {"until": 12},
+    {"since": "2024-13-45"},
+    {5: "x"},
+    {f"k{i}": i for i in range(33)},
+)
+"""Filters a backend must refuse with `InvalidTypeError` / `InvalidValueError` (see `check_filters`)."""
 
 
 async def check_knowledge_store(make_store: StoreFactory, *, persistent: bool = False) -> None:
@@ -388,10 +410,11 @@ async def _cjk_and_unicode(run: _Run) -> None:
 async def _filters(run: _Run) -> None:
     store, ns = run.store, run.namespace("filters")
     specs = {
-        "jan.md": {"tags": ["finance", "2024"], "date": "2024-01-15", "team": "blue"},
-        "mar.md": {"tags": ["finance"], "date": "2024-03-10T09:30:00", "team": "red"},
+        "jan.md": {"tags": ["finance", "2024"], "date": "2024-01-15", "team": "blue", "rank": 1},
+        "mar.md": {"tags": ["finance"], "date": "2024-03-10T09:30:00", "team": "red", "rank": True},
         "jun.md": {"tags": ["ops", "2024"], "date": "2024-06-30", "team": "blue"},
         "nodate.md": {"tags": ["finance", "2024"], "team": "blue"},
+        "null.md": {"tags": ["misc"], "date": "not a date", "team": None},
     }
     for source, metadata in specs.items():
         await _doc(source, [f"budget report for {source}"], metadata=metadata, embeddings=[[1.0, 0.0]]).put(store, ns)
@@ -415,11 +438,35 @@ async def _filters(run: _Run) -> None:
         ({"team": "blue", "tags": ["ops"]}, {"jun.md"}, "filters combine"),
         ({"team": "green"}, set(), "equality with no match"),
         ({"missing_key": "x"}, set(), "a key no document has"),
+        ({"team": None}, {"null.md"}, "None equals a JSON null (a document without the key is out)"),
+        ({"missing_key": None}, set(), "None never matches a missing key"),
+        ({"rank": 1}, {"jan.md"}, "equality is typed: true is not 1"),
+        ({"rank": 1.0}, {"jan.md"}, "1.0 equals 1"),
+        ({"rank": True}, {"mar.md"}, "true is not 1"),
+        ({"source": None, "tags": None, "since": None, "until": None}, set(specs), "None reserved keys: no filter"),
+        ({"since": "20240301"}, {"mar.md", "jun.md"}, "since in ISO basic spelling"),
+        ({"since": "2024-W09-5"}, {"mar.md", "jun.md"}, "since as an ISO week date (2024-03-01)"),
+        ({"until": "2024-03-10T09:29:59"}, {"jan.md"}, "a date and time bound compares the time"),
+        ({"until": "2024-03-10T11:30:00+02:00"}, {"jan.md", "mar.md"}, "an aware bound compares in UTC"),
+        ({"since": "2024-06-30T00:00:00"}, {"jun.md"}, "a document's date without time is its midnight"),
+        ({"since": "2024-01-01"}, {"jan.md", "mar.md", "jun.md"}, "a date that is not ISO is never in range"),
     ]
     for filters, expected, what in cases:
         text, vector = await both(filters)
         assert text == expected, f"filter {what} {filters}: search_text found {sorted(text)}, not {sorted(expected)}"
         assert vector == expected, f"filter {what} {filters}: search_vector found {sorted(vector)}"
+    for bad in BAD_FILTERS:
+        for kind in ("text", "vector"):
+            try:
+                if kind == "text":
+                    await store.search_text(ns, "kb", "budget report", 10, bad)
+                else:
+                    await store.search_vector(ns, "kb", [1.0, 0.0], 10, bad)
+            except (InvalidTypeError, InvalidValueError):
+                continue
+            except Exception as exc:
+                raise AssertionError(f"search_{kind} with filter {bad!r:.60} raised {type(exc).__name__}") from exc
+            raise AssertionError(f"search_{kind} accepted the filter {bad!r:.60}: a bad one raises a typed error")
 
 
 async def _vectors(run: _Run) -> None:
@@ -439,6 +486,14 @@ async def _vectors(run: _Run) -> None:
     found = await store.search_vector(ns, "kb", [0.0, 5.0, 0.0], 2)
     assert _ids(found) == [ids[2], ids[1]], "the query vector's length does not matter (cosine); k limits"
     assert found[0].text == "north" and found[0].source == "vec.md", "vector passages carry text and source"
+    assert await store.search_vector(ns, "kb", [math.nan, 1.0, 0.0], 10) == [], "a NaN query vector ranks nothing"
+    assert await store.search_vector(ns, "kb", [math.inf, 0.0, 0.0], 10) == [], "an infinite one neither"
+    poisoned = _doc("poison.md", ["nan", "inf"], embeddings=[[math.nan, 1.0, 0.0], [math.inf, 0.0, 0.0]])
+    await poisoned.put(store, ns)
+    found = await store.search_vector(ns, "kb", [1.0, 0.1, 0.0], 10)
+    assert _ids(found) == [ids[0], ids[1], ids[2], ids[4]], (
+        f"a chunk with a NaN or infinite embedding is never ranked: {[(p.text, p.score) for p in found]}"
+    )
 
 
 async def _hostile_queries(run: _Run) -> None:

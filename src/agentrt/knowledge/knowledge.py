@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import math
 import os
 import re
 import time
@@ -24,12 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentrt.context import RuntimeContext
-from agentrt.errors import InvalidTypeError, InvalidValueError, UserError
+from agentrt.errors import AgentrtError, InvalidTypeError, InvalidValueError, UserError
 from agentrt.knowledge.base import AddReport, Chunk, Document, KnowledgeStore, SearchMode
 from agentrt.knowledge.chunking import Chunker
+from agentrt.knowledge.filters import canonical_date, check_filters, finite_unit
 from agentrt.knowledge.fusion import reciprocal_rank_fusion
 from agentrt.knowledge.stores.memory import MemoryKnowledgeStore
-from agentrt.memory._text import unit
 from agentrt.memory.long_term import Embedder, embed_texts
 from agentrt.memory.retrieval import Passage, SearchFilters
 
@@ -39,7 +41,17 @@ if TYPE_CHECKING:
     from agentrt.knowledge.loaders import Loaded, Target
     from agentrt.tool.builtin.web import WebTools
 
-__all__ = ["DEFAULT_KNOWLEDGE_URL", "MAX_K", "Knowledge", "NoCallerError", "check_name", "store_from_url"]
+__all__ = [
+    "DEFAULT_KNOWLEDGE_URL",
+    "MAX_K",
+    "EmbedTimeoutError",
+    "Knowledge",
+    "NoCallerError",
+    "check_name",
+    "store_from_url",
+]
+
+logger = logging.getLogger("agentrt.knowledge")
 
 DEFAULT_KNOWLEDGE_URL = "sqlite:///~/.agentrt/knowledge.db"
 MAX_K = 100
@@ -54,6 +66,10 @@ Progress = Callable[[int, int, str], None]
 
 class NoCallerError(UserError):
     """A per-user `Knowledge` was used outside a call with a user (no `RuntimeContext`, or no user id)."""
+
+
+class EmbedTimeoutError(AgentrtError, TimeoutError):
+    """The embedder did not answer within `Knowledge.embed_timeout` (also a `TimeoutError`)."""
 
 
 def check_name(value: object, what: str) -> str:
@@ -142,6 +158,9 @@ class Knowledge:
         max_file_bytes: Largest file or download read (bigger ones are reported as failed).
         search_mode: ``text``, ``vector`` or ``hybrid``; default hybrid with an embedder, else text.
         web: The ``fetch_url`` policy URLs are fetched under (default: public addresses only).
+        embed_timeout: Seconds one embedder call may take (None: no limit). An `add` whose embedder
+            times out reports that source in ``failed``; a hybrid `search` falls back to full-text
+            ranking (a warning is logged); a vector `search` raises `EmbedTimeoutError`.
     """
 
     def __init__(
@@ -157,6 +176,7 @@ class Knowledge:
         max_file_bytes: int = 50 * 1024 * 1024,
         search_mode: SearchMode | None = None,
         web: WebTools | None = None,
+        embed_timeout: float | None = 60.0,
     ) -> None:
         self.name = check_name(name, "the knowledge base name")
         self.namespace = check_name(namespace, "the namespace")
@@ -167,7 +187,17 @@ class Knowledge:
             raise InvalidTypeError(f"embedder must be callable, not {type(embedder).__name__}")
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes < 1:
             raise InvalidValueError(f"max_file_bytes must be a positive int, not {max_file_bytes!r}")
+        if embed_timeout is not None and (
+            isinstance(embed_timeout, bool)
+            or not isinstance(embed_timeout, int | float)
+            or not math.isfinite(embed_timeout)
+            or embed_timeout <= 0
+        ):
+            raise InvalidValueError(
+                f"embed_timeout must be a positive number of seconds or None, not {embed_timeout!r}"
+            )
         self._ref = _StoreRef(store)
+        self.embed_timeout: float | None = None if embed_timeout is None else float(embed_timeout)
         self.embedder = embedder
         self.chunker = Chunker(chunk_tokens, chunk_overlap)
         self.max_file_bytes = max_file_bytes
@@ -291,7 +321,7 @@ class Knowledge:
         from agentrt.knowledge.loaders import load
 
         loaded = await load(target, max_bytes=self.max_file_bytes, web=self.web)
-        meta = {**loaded.metadata, **metadata}
+        meta = _canonical_date({**loaded.metadata, **metadata})
         digest = await asyncio.to_thread(self._content_hash, loaded, meta)
         store = self.store
         if await store.content_hash(namespace, self.name, loaded.source) == digest:
@@ -331,7 +361,7 @@ class Knowledge:
         out: list[Chunk] = []
         for start in range(0, len(chunks), EMBED_BATCH):
             batch = chunks[start : start + EMBED_BATCH]
-            vectors = await embed_texts(self.embedder, [chunk.text for chunk in batch])
+            vectors = await self._embed_texts([chunk.text for chunk in batch])
             out.extend(_with_embedding(chunk, vector) for chunk, vector in zip(batch, vectors, strict=True))
         return out
 
@@ -346,8 +376,7 @@ class Knowledge:
             raise InvalidTypeError(f"k must be an int, not {type(k).__name__}")
         if not 1 <= k <= MAX_K:
             raise InvalidValueError(f"k must be between 1 and {MAX_K}, not {k}")
-        if filters is not None and not isinstance(filters, Mapping):
-            raise InvalidTypeError(f"filters must be a mapping, not {type(filters).__name__}")
+        filters = check_filters(filters)
         chosen = self._mode(mode)
         namespace = self.current_namespace()
         if not query.strip():
@@ -355,7 +384,19 @@ class Knowledge:
         store = self.store
         if chosen == "text":
             return await store.search_text(namespace, self.name, query, k, filters)
-        vector = await self._query_vector(query)
+        try:
+            vector = await self._query_vector(query)
+        except EmbedTimeoutError:
+            if chosen == "vector":
+                raise
+            logger.warning(
+                "knowledge base %r: the embedder did not answer within %ss; searching full text only",
+                self.name,
+                self.embed_timeout,
+            )
+            return await store.search_text(namespace, self.name, query, k, filters)
+        if vector is None:  # a query with no direction (all zeros) is similar to nothing
+            return [] if chosen == "vector" else await store.search_text(namespace, self.name, query, k, filters)
         if chosen == "vector":
             return await store.search_vector(namespace, self.name, vector, k, filters)
         depth = min(max(4 * k, 20), 4 * MAX_K)
@@ -379,10 +420,24 @@ class Knowledge:
             return self.search_mode
         return "hybrid" if self.embedder is not None else "text"
 
-    async def _query_vector(self, query: str) -> list[float]:
+    async def _query_vector(self, query: str) -> list[float] | None:
+        """The query's unit vector; None for an all-zero one (e.g. a query of no known word)."""
+        (vector,) = await self._embed_texts([query])
+        checked = finite_unit(vector)
+        if checked is not None:
+            return checked
+        if vector and all(isinstance(x, (int, float)) and x == 0 for x in vector):
+            return None
+        raise InvalidValueError("the embedder returned a query vector that is empty or not finite (NaN or infinity)")
+
+    async def _embed_texts(self, texts: list[str]) -> list[list[float]]:
+        """The embedder's vectors of `texts`, within `embed_timeout` (else `EmbedTimeoutError`)."""
         assert self.embedder is not None
-        (vector,) = await embed_texts(self.embedder, [query])
-        return unit(vector)
+        try:
+            async with asyncio.timeout(self.embed_timeout):
+                return await embed_texts(self.embedder, texts)
+        except TimeoutError:
+            raise EmbedTimeoutError(f"the embedder did not answer within {self.embed_timeout:g} s") from None
 
     # -- management ---------------------------------------------------------------------------------------
     async def delete(self, source: str) -> bool:
@@ -433,6 +488,17 @@ class Knowledge:
 
 
 def _with_embedding(chunk: Chunk, vector: list[float]) -> Chunk:
+    """`chunk` with the unit form of `vector`; an `InvalidValueError` for a vector with no direction.
+
+    A NaN or infinite component would make every cosine with it NaN, which sorts unpredictably:
+    the source fails (reported in ``AddReport.failed``) instead of poisoning the vector ranking.
+    """
+    embedding = finite_unit(vector)
+    if embedding is None:
+        raise InvalidValueError(
+            f"the embedder returned a vector with no direction (empty, zero, NaN or infinite values) "
+            f"for chunk {chunk.ordinal}"
+        )
     return Chunk(
         chunk_id=chunk.chunk_id,
         source=chunk.source,
@@ -441,7 +507,7 @@ def _with_embedding(chunk: Chunk, vector: list[float]) -> Chunk:
         heading_path=chunk.heading_path,
         page=chunk.page,
         tokens=chunk.tokens,
-        embedding=tuple(unit(vector)),
+        embedding=tuple(embedding),
     )
 
 
@@ -461,6 +527,23 @@ def _check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidValueError(f"metadata must be JSON-serialisable: {exc}") from None
     return normal
+
+
+def _canonical_date(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`metadata` with a readable ``date`` in the canonical form ``since`` / ``until`` compare with.
+
+    ``YYYY-MM-DD`` for a date, ``YYYY-MM-DDTHH:MM:SS[.ffffff]`` in UTC for a date and time: the SQL
+    stores compare dates as text, so every backend then selects the same documents. A ``date`` that
+    is not an ISO date is kept as it is (no date filter selects it).
+    """
+    value = metadata.get("date")
+    if not isinstance(value, str | date):
+        return metadata
+    try:
+        canonical = canonical_date(value)
+    except InvalidValueError:
+        return metadata
+    return metadata if canonical == value else {**metadata, "date": canonical}
 
 
 def _json_default(value: object) -> str:

@@ -247,3 +247,47 @@ def test_ids_change_with_text_source_and_ordinal() -> None:
     assert (
         len({base, chunk_id("kb", "s", 1, "text"), chunk_id("kb", "t", 0, "text"), chunk_id("kb", "s", 0, "txt")}) == 4
     )
+
+
+# -- a word longer than a chunk: maximal runs, in linear time ------------------------------------------------
+RUN_CHARS = st.sampled_from(["a", "Z", "7", "!", "é", "я", "😀", "\u200d", "-", "ﬁ", "\u0301"])
+
+
+@PROPERTY
+@given(st.lists(RUN_CHARS, min_size=1, max_size=3000).map("".join), st.integers(16, 200))
+def test_a_long_word_is_cut_into_the_longest_runs_that_fit(word: str, chunk_tokens: int) -> None:
+    """Each run is the longest prefix of the rest that fits (what a scan over the whole word finds).
+
+    No CJK character: each is a word of its own, so the run would be cut at words, not characters.
+    """
+    chunker = Chunker(chunk_tokens, 0)
+    pieces = chunker.split(word)
+    assert "".join(p.text for p in pieces) == word
+    for piece in pieces:
+        assert count_tokens(piece.text) <= chunk_tokens or piece.end - piece.start == 1
+        if piece.end < len(word) and count_tokens(word[piece.start : piece.end]) <= chunk_tokens:
+            assert count_tokens(word[piece.start : piece.end + 1]) > chunk_tokens, "the run could be longer"
+
+
+@pytest.mark.parametrize("chunk_tokens", [16, 400, 8192])
+def test_the_search_window_holds_the_longest_possible_run(chunk_tokens: int) -> None:
+    """ASCII letters are the cheapest run (4 characters a token past the first 6): it is cut at its full length."""
+    pieces = Chunker(chunk_tokens, 0).split("a" * (20 * chunk_tokens))
+    assert [len(p.text) for p in pieces[:-1]] == [4 * chunk_tokens + 2] * (len(pieces) - 1)
+
+
+def test_cutting_an_unbroken_run_counts_about_two_chunks_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentrt.knowledge.chunking as chunking
+
+    counted = [0]
+    real = chunking.count_tokens
+
+    def counting(text: str) -> int:
+        counted[0] += len(text)
+        return real(text)
+
+    monkeypatch.setattr(chunking, "count_tokens", counting)
+    for text in ("a" * 400_000, "😀" * 50_000, "ab!" * 100_000):
+        counted[0] = 0
+        Chunker().split(text)
+        assert counted[0] < 12 * len(text), (text[:3], counted[0] / len(text))

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import io
+import os
+import socket
+import threading
+import time
+import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
-from agentrt.knowledge import Knowledge, MemoryKnowledgeStore
+from agentrt.knowledge import Knowledge, MemoryKnowledgeStore, loaders
 from agentrt.knowledge.loaders import (
+    MAX_EXTRACTOR_HTML_BYTES,
     FileTooLargeError,
     LoadError,
     Target,
@@ -239,6 +246,168 @@ async def test_a_broken_pdf_is_reported_and_the_rest_of_the_batch_goes_in(tmp_pa
         assert len(await kb.documents()) == 4
 
 
+def test_a_symlink_out_of_a_folder_is_skipped_by_its_own_path(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# A", encoding="utf-8")
+    (tmp_path / "secret.md").write_text("secret", encoding="utf-8")
+    os.symlink(tmp_path / "secret.md", docs / "out.md")
+    os.symlink("../a.md", docs / "sub" / "in.md")  # stays in the folder: read
+    os.symlink(tmp_path / "absent.md", docs / "dangling.md")
+    targets, skipped = expand(docs)
+    # the link inside the folder is read, under the source of the file it names
+    assert [t.source for t in targets] == [file_source(docs / "a.md"), file_source(docs / "a.md")]
+    assert sorted(skipped) == [
+        (docs.resolve() / "dangling.md").as_posix(),
+        (docs.resolve() / "out.md").as_posix(),
+    ]
+    assert all("secret" not in s for s in skipped), "the link's target is not reported"
+
+
+def test_fifos_sockets_and_devices_in_a_folder_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A", encoding="utf-8")
+    os.mkfifo(tmp_path / "pipe.md")
+    os.symlink("/dev/zero", tmp_path / "zero.txt")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock.txt"))
+        targets, skipped = expand(tmp_path)
+    assert [t.source for t in targets] == [file_source(tmp_path / "a.md")]
+    assert sorted(Path(s).name for s in skipped) == ["pipe.md", "sock.txt", "zero.txt"]
+
+
+def _without_blocking(call: object) -> BaseException | None:
+    """Run `call` in a daemon thread: what it raised, failing the test if it blocks."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()  # type: ignore[operator]
+        except BaseException as exc:
+            raised.append(exc)
+        else:
+            raised.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert raised, "blocked"
+    return raised[0]
+
+
+def test_a_fifo_named_directly_is_refused_without_blocking(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "notes.txt")
+    raised = _without_blocking(lambda: load_file(tmp_path / "notes.txt"))
+    assert isinstance(raised, LoadError) and "not a regular file" in str(raised)
+
+
+def test_a_fifo_swapped_in_after_the_check_is_refused_once_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the stat and the open the file became a FIFO: opened non-blocking, refused on the descriptor."""
+    regular = os.stat(tmp_path)  # any stat result; made to look like a small regular file
+    os.mkfifo(tmp_path / "notes.txt")
+    real_stat = os.stat
+
+    def stale(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        if Path(str(path)).name == "notes.txt":
+            fields = list(regular)
+            fields[0] = 0o100644
+            fields[6] = 10
+            return os.stat_result(fields)
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("agentrt.knowledge.loaders.os.stat", stale)
+    raised = _without_blocking(lambda: load_file(tmp_path / "notes.txt"))
+    assert isinstance(raised, LoadError) and "not a regular file" in str(raised)
+
+
+def _zip_with(parts: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def _docx_with_document(tmp_path: Path, transform: object) -> bytes:
+    """A real DOCX whose word/document.xml went through `transform`."""
+    make_docx(tmp_path / "base.docx")
+    parts = {}
+    with zipfile.ZipFile(tmp_path / "base.docx") as archive:
+        for name in archive.namelist():
+            data = archive.read(name)
+            parts[name] = transform(data) if name == "word/document.xml" else data  # type: ignore[operator]
+    return _zip_with(parts)
+
+
+def test_a_docx_part_at_a_bomb_ratio_is_refused_before_parsing(tmp_path: Path) -> None:
+    def pad(xml: bytes) -> bytes:  # 20 MB of one repeated paragraph: deflate makes it ~1000:1
+        i = xml.index(b"<w:body>") + len(b"<w:body>")
+        return xml[:i] + b"<w:p><w:r><w:t>" + b"A" * 20_000_000 + b"</w:t></w:r></w:p>" + xml[i:]
+
+    bomb = _docx_with_document(tmp_path, pad)
+    assert len(bomb) < 100_000
+    started = time.perf_counter()
+    with pytest.raises(FileTooLargeError, match="decompression bomb"):
+        load_bytes(bomb, source="bomb", name="bomb.docx", max_bytes=1_000_000_000)
+    assert time.perf_counter() - started < 1, "refused from the zip's directory, not by inflating it"
+
+
+def test_a_docx_decompressing_past_the_cap_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "handbook.docx"
+    make_docx(path)
+    with zipfile.ZipFile(path) as archive:
+        inflated = sum(info.file_size for info in archive.infolist())
+    assert inflated > 10 * path.stat().st_size, "python-docx's template parts compress well"
+    assert load_file(path, max_bytes=inflated).kind == "docx"
+    with pytest.raises(FileTooLargeError, match=f"decompresses to {inflated} bytes"):
+        load_file(path, max_bytes=inflated - 1)
+
+
+def test_a_docx_cell_spanning_a_billion_columns_is_read_once(tmp_path: Path) -> None:
+    def span(xml: bytes) -> bytes:
+        return xml.replace(b"<w:tc><w:tcPr>", b'<w:tc><w:tcPr><w:gridSpan w:val="1000000000"/>', 1)
+
+    path = tmp_path / "span.docx"
+    path.write_bytes(_docx_with_document(tmp_path, span))
+    started = time.perf_counter()
+    loaded = load_file(path)
+    assert time.perf_counter() - started < 5
+    assert "Region | Days" in loaded.text and "EU | 25" in loaded.text
+
+
+def test_docx_text_is_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "handbook.docx"
+    make_docx(path)
+    monkeypatch.setattr(loaders, "_check_zip", lambda data, max_bytes, what: None)  # the text cap alone
+    assert len(loaders._docx(path.read_bytes(), "s", None, 1000).text) < 1000
+    with pytest.raises(FileTooLargeError, match="text is more than the 40 characters"):
+        loaders._docx(path.read_bytes(), "s", None, 40)
+
+
+def test_pdf_text_and_pages_are_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make_pdf(["Revenue grew in the first quarter.", "Costs fell sharply.", "Outlook is stable."])
+    assert load_bytes(data, source="r", name="r.pdf", max_bytes=len(data)).pages is not None
+    with pytest.raises(FileTooLargeError, match="text"):
+        loaders._pdf(data, "r", None, 40)  # the second page takes the text past 40 characters
+    monkeypatch.setattr(loaders, "MAX_PDF_PAGES", 2)
+    with pytest.raises(FileTooLargeError, match="3 pages"):
+        load_bytes(data, source="r", name="r.pdf")
+
+
+def test_large_html_goes_to_the_linear_converter(tmp_path: Path) -> None:
+    """Over the threshold trafilatura is not used: the page chrome it removes stays in."""
+    filler = "<!-- " + "x" * MAX_EXTRACTOR_HTML_BYTES + " -->"
+    path = tmp_path / "big.html"
+    path.write_text(HTML_PAGE.replace("<body>", "<body>" + filler), encoding="utf-8")
+    loaded = load_file(path)
+    assert loaded.kind == "html" and loaded.title == "Widget manual | ACME"
+    assert "frobnicator" in loaded.text and "navmenuword" in loaded.text and "footerword" in loaded.text
+    assert "xxxx" not in loaded.text
+    small = load_bytes(HTML_PAGE.encode(), source="page", name="page.html")
+    assert "navmenuword" not in small.text, "under the threshold, trafilatura keeps the main content only"
+
+
 # -- URLs ----------------------------------------------------------------------------------------------------
 @dataclass
 class Server:
@@ -333,3 +502,34 @@ async def test_other_schemes_are_not_fetched_and_host_lists_apply(server: Server
     report = await kb.add(f"{server.url}/page")
     assert "blocked" in report.failed[0][1]
     assert server.hits == []
+
+
+class LoopbackResolver(AbstractResolver):
+    """Resolves every name to 127.0.0.1 (a public name whose DNS answer is a loopback address)."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [ResolveResult(hostname=host, host="127.0.0.1", port=port, family=socket.AF_INET, proto=0, flags=0)]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_name_refused_by_the_connect_time_guard_reports_the_guards_reason(server: Server) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    url = f"http://rebound.example:{port}/page"
+    with pytest.raises(LoadError) as caught:
+        await load(Target("url", url, url), web=WebTools(resolver=LoopbackResolver()))
+    message = str(caught.value)
+    assert message.startswith(f"refused to fetch {url}: ")
+    assert "'rebound.example' resolves to 127.0.0.1, a private, loopback or link-local address" in message
+    assert "Cannot connect" not in message
+    assert server.hits == []
+
+
+async def test_the_normalised_url_is_the_one_requested(server: Server) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    loaded = await load(Target("url", f"http://0x7f.1:{port}/page", "p"), web=WebTools(allow_private=True))
+    assert loaded.metadata["url"] == f"http://127.0.0.1:{port}/page", "the legacy IPv4 spelling, rewritten"
+    assert server.hits == ["/page"]

@@ -13,13 +13,14 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from agentrt.errors import InvalidTypeError, InvalidValueError
+from agentrt.errors import InvalidValueError
 from agentrt.knowledge.base import Chunk, Document
+from agentrt.knowledge.filters import check_filters, json_equal
 from agentrt.memory._text import index_terms, query_terms
 from agentrt.memory.retrieval import Passage, SearchFilters
 
@@ -57,23 +58,6 @@ def parse_date(value: Any) -> tuple[datetime, bool] | None:
     return moment, date_only
 
 
-def _filter_date(filters: SearchFilters, key: str) -> tuple[datetime, bool] | None:
-    if filters.get(key) is None:
-        return None
-    parsed = parse_date(filters[key])
-    if parsed is None:
-        raise InvalidValueError(f"filter {key!r} must be a date, a datetime or an ISO date, not {filters[key]!r}")
-    return parsed
-
-
-def _as_strings(value: Any, key: str) -> set[str]:
-    if isinstance(value, str):
-        return {value}
-    if isinstance(value, Sequence | set | frozenset):
-        return {str(item) for item in value}
-    raise InvalidTypeError(f"filter {key!r} must be a string or a list of strings, not {type(value).__name__}")
-
-
 def _in_range(document: Document, since: tuple[datetime, bool] | None, until: tuple[datetime, bool] | None) -> bool:
     if since is None and until is None:
         return True
@@ -87,30 +71,48 @@ def _in_range(document: Document, since: tuple[datetime, bool] | None, until: tu
 
 
 def document_matches(document: Document, filters: SearchFilters | None) -> bool:
-    """Whether `document` passes `filters` (see `SearchFilters`; a filter of None is no filter).
+    """Whether `document` passes `filters` (read by `agentrt.knowledge.filters.check_filters`).
 
     ``source``: one source or a list; ``tags``: the document carries every one; ``since`` /
     ``until``: its ``date`` is in the range, bounds included (a document without a readable date is
-    out); any other key: its metadata value equals the filter's.
+    out); any other key: its metadata value equals the filter's as JSON (None: the value is null).
+    ``source``, ``tags``, ``since`` and ``until`` set to None filter nothing.
     """
-    if not filters:
-        return True
-    if not isinstance(filters, Mapping):
-        raise InvalidTypeError(f"filters must be a mapping, not {type(filters).__name__}")
-    for key, wanted in filters.items():
-        if wanted is None or key in ("since", "until"):
-            continue
-        if key == "source":
-            if document.source not in _as_strings(wanted, key):
+    return _Filter(filters).matches(document)
+
+
+class _Filter:
+    """Checked filters, ready to test documents against (checked once per search)."""
+
+    __slots__ = ("checked", "since", "until")
+
+    def __init__(self, filters: SearchFilters | None) -> None:
+        self.checked = check_filters(filters) or {}
+        self.since = parse_date(self.checked["since"]) if "since" in self.checked else None
+        self.until = parse_date(self.checked["until"]) if "until" in self.checked else None
+
+    def matches(self, document: Document) -> bool:
+        for key, wanted in self.checked.items():
+            if key in ("since", "until"):
+                continue
+            if key == "source":
+                if document.source not in wanted:
+                    return False
+            elif key == "tags":
+                if not set(wanted) <= _tags(document.metadata.get("tags")):
+                    return False
+            elif key not in document.metadata or not json_equal(document.metadata[key], wanted):
                 return False
-        elif key == "tags":
-            tags = document.metadata.get("tags") or ()
-            have = {tags} if isinstance(tags, str) else {str(tag) for tag in tags}
-            if not _as_strings(wanted, key) <= have:
-                return False
-        elif key not in document.metadata or document.metadata[key] != wanted:
-            return False
-    return _in_range(document, _filter_date(filters, "since"), _filter_date(filters, "until"))
+        return _in_range(document, self.since, self.until)
+
+
+def _tags(value: Any) -> set[str]:
+    """A document's tags: a list (its strings) or a single string."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list | tuple):
+        return {tag for tag in value if isinstance(tag, str)}
+    return set()
 
 
 def passage_for(document: Document, chunk: Chunk, score: float) -> Passage:
@@ -193,6 +195,7 @@ class MemoryKnowledgeStore:
     async def search_text(
         self, namespace: str, kb: str, query: str, k: int, filters: SearchFilters | None = None
     ) -> list[Passage]:
+        matcher = _Filter(filters)
         docs = self._kbs.get((namespace, kb), {})
         terms = query_terms(query)
         if k <= 0 or not terms or not docs:
@@ -203,7 +206,7 @@ class MemoryKnowledgeStore:
         idf = {term: math.log(1 + (total - frequency[term] + 0.5) / (frequency[term] + 0.5)) for term in terms}
         scored: list[tuple[float, str, int, Passage]] = []
         for source, entry in docs.items():
-            if not document_matches(entry.document, filters):
+            if not matcher.matches(entry.document):
                 continue
             for chunk, counter, length in zip(entry.chunks, entry.terms, entry.lengths, strict=True):
                 score = 0.0
@@ -220,22 +223,25 @@ class MemoryKnowledgeStore:
     async def search_vector(
         self, namespace: str, kb: str, vector: Sequence[float], k: int, filters: SearchFilters | None = None
     ) -> list[Passage]:
+        matcher = _Filter(filters)
         docs = self._kbs.get((namespace, kb), {})
         query = [float(x) for x in vector]
         query_norm = math.sqrt(sum(x * x for x in query))
-        if k <= 0 or not docs or query_norm == 0:
+        if k <= 0 or not docs or query_norm == 0 or not math.isfinite(query_norm):
             return []
         scored: list[tuple[float, str, int, Passage]] = []
         for source, entry in docs.items():
-            if not document_matches(entry.document, filters):
+            if not matcher.matches(entry.document):
                 continue
             for chunk in entry.chunks:
                 if chunk.embedding is None or len(chunk.embedding) != len(query):
                     continue
                 norm = math.sqrt(sum(x * x for x in chunk.embedding))
-                if norm == 0:
-                    continue
+                if norm == 0 or not math.isfinite(norm):
+                    continue  # no direction (zero) or none at all (NaN, inf): nothing to rank it by
                 score = sum(a * b for a, b in zip(query, chunk.embedding, strict=True)) / (norm * query_norm)
+                if not math.isfinite(score):
+                    continue
                 scored.append((-score, source, chunk.ordinal, passage_for(entry.document, chunk, score)))
         scored.sort(key=lambda row: row[:3])
         return [row[3] for row in scored[:k]]

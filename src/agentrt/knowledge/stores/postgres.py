@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import time
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime
 from typing import Any, Self
 
 import orjson
@@ -49,8 +49,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from agentrt.errors import InvalidValueError, UserError
 from agentrt.knowledge.base import Chunk, Document
+from agentrt.knowledge.filters import check_filters, finite_unit
 from agentrt.knowledge.stores.sqlite import match_terms
-from agentrt.memory._text import cosine, index_terms, pack_vector, unit, unpack_vector
+from agentrt.memory._text import cosine, index_terms, pack_vector, unpack_vector
 from agentrt.memory.retrieval import Passage, SearchFilters
 from agentrt.memory.stores.postgres import _PREFIX_RE, _vector_literal
 
@@ -86,48 +87,39 @@ def _json(value: Any) -> str:
         raise InvalidValueError(f"metadata must be JSON-serialisable: {exc}") from exc
 
 
-def _bound(name: str, value: Any) -> str:
-    """A ``since``/``until`` filter as ISO text (a date compares with the date part of the document's date)."""
-    if isinstance(value, date):  # datetime too
-        return value.isoformat()
-    if isinstance(value, str) and value:
-        try:
-            datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            return value.replace("\x00", "")
-    raise InvalidValueError(f"filter {name!r} must be a date, a datetime or an ISO date string, not {value!r}")
-
-
 def _filter_sql(filters: SearchFilters | None) -> tuple[str, dict[str, Any]]:
-    """``AND ...`` conditions on the document row ``d`` for `filters`, and their bound parameters."""
-    if not filters:
+    """``AND ...`` conditions on the document row ``d`` for `filters`, and their bound parameters.
+
+    `filters` are checked first (`check_filters`: typed errors, canonical dates, bounded lists).
+    """
+    checked = check_filters(filters)
+    if not checked:
         return "", {}
     clauses: list[str] = []
     params: dict[str, Any] = {}
-    for i, (key, value) in enumerate(filters.items()):
+    for i, (key, value) in enumerate(checked.items()):
         if key == "source":
-            sources = [value] if isinstance(value, str) else list(value)
-            if not all(isinstance(s, str) for s in sources):
-                raise InvalidValueError(f"filter 'source' must be a string or a list of strings, not {value!r}")
-            params["f_source"] = [_scrub(s) for s in sources]
+            params["f_source"] = [_scrub(s) for s in value]
             clauses.append("d.source = ANY(CAST(:f_source AS text[]))")
         elif key == "tags":
-            tags = [value] if isinstance(value, str) else list(value)
-            if tags:
-                params["f_tags"] = _json([str(t) for t in tags])
+            if value:
+                params["f_tags"] = _json(value)
                 clauses.append(
                     "jsonb_typeof(d.metadata -> 'tags') = 'array' AND d.metadata -> 'tags' @> CAST(:f_tags AS jsonb)"
                 )
         elif key in ("since", "until"):
-            bound = _bound(key, value)
-            params[f"f_{key}"] = bound
+            params[f"f_{key}"] = value
             op = ">=" if key == "since" else "<="
-            column = "left(d.metadata ->> 'date', 10)" if len(bound) == 10 else "(d.metadata ->> 'date')"
-            clauses.append(f"{column} {op} :f_{key}")
+            text = "(d.metadata ->> 'date')"
+            # Only a string that starts as an ISO date is a date (the memory store parses the same ones).
+            guard = f"jsonb_typeof(d.metadata -> 'date') = 'string' AND {text} ~ '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}'"
+            if len(value) == 10:  # a date: compare the date part of the document's date
+                column = f"left({text}, 10)"
+            else:  # a date and time: a document's date without time is its midnight
+                column = f"(CASE WHEN length({text}) = 10 THEN {text} || 'T00:00:00' ELSE {text} END)"
+            clauses.append(f'({guard} AND {column} COLLATE "C" {op} CAST(:f_{key} AS text))')
         else:
-            params[f"f_k{i}"] = _scrub(str(key))
+            params[f"f_k{i}"] = _scrub(key)
             params[f"f_v{i}"] = _json(value)
             clauses.append(f"d.metadata -> CAST(:f_k{i} AS text) = CAST(:f_v{i} AS jsonb)")
     return "".join(f" AND {c}" for c in clauses), params
@@ -147,7 +139,9 @@ def _passage(row: Sequence[Any], score: float) -> Passage:
 
 def _top(vector: Sequence[float], rows: Sequence[tuple[int, bytes]], k: int) -> list[tuple[float, int]]:
     """The `k` best ``(cosine, row id)`` of packed unit vectors (ties: the earlier row first)."""
-    best = heapq.nlargest(k, ((cosine(vector, unpack_vector(data)), -rid) for rid, data in rows))
+    scored = ((cosine(vector, unpack_vector(data)), -rid) for rid, data in rows)
+    # A NaN cosine (a vector stored before non-finite ones were refused) would break the ordering.
+    best = heapq.nlargest(k, (pair for pair in scored if math.isfinite(pair[0])))
     return [(score, -neg) for score, neg in best]
 
 
@@ -287,9 +281,8 @@ class PostgresKnowledgeStore:
     def _chunk_params(self, doc_id: int, namespace: str, kb: str, chunk: Chunk) -> dict[str, Any]:
         text = _scrub(chunk.text)
         heading = [_scrub(h) for h in chunk.heading_path]
-        vector = unit([float(x) for x in chunk.embedding]) if chunk.embedding else None
-        if vector is not None and not any(vector):
-            vector = None  # a zero vector has no direction: nothing to rank it by
+        # A zero or non-finite vector has no direction: nothing to rank it by.
+        vector = finite_unit(chunk.embedding) if chunk.embedding else None
         params: dict[str, Any] = {
             "doc": doc_id,
             "ns": namespace,
@@ -445,10 +438,10 @@ class PostgresKnowledgeStore:
         """
         namespace, kb = _key("namespace", namespace), _key("kb", kb)
         terms = match_terms(query) if isinstance(query, str) else []
+        where, params = _filter_sql(filters)
         if not terms or k <= 0:
             return []
         await self._ensure()
-        where, params = _filter_sql(filters)
         tsquery = " || ".join(f"plainto_tsquery('simple', :t{i})" for i in range(len(terms)))
         params.update({f"t{i}": term for i, term in enumerate(terms)})
         params.update({"ns": namespace, "kb": kb, "k": k})
@@ -467,11 +460,11 @@ class PostgresKnowledgeStore:
     ) -> list[Passage]:
         """Nearest chunks by cosine similarity (exact), best first; only chunks of the vector's length."""
         namespace, kb = _key("namespace", namespace), _key("kb", kb)
-        query = unit([float(x) for x in vector])
-        if k <= 0 or not any(query):
+        where, params = _filter_sql(filters)
+        query = finite_unit(vector)
+        if k <= 0 or query is None:
             return []
         await self._ensure()
-        where, params = _filter_sql(filters)
         params.update({"ns": namespace, "kb": kb, "dims": len(query), "k": k})
         base = (
             f"FROM {self.chunks_table} c JOIN {self.documents_table} d ON d.id = c.doc_id "
@@ -510,7 +503,7 @@ class PostgresKnowledgeStore:
             f"AND c.vec IS NOT NULL ORDER BY {distance} LIMIT :k"
         )
         rows = (await conn.execute(sa.text(sql), params)).all()
-        return [_passage(r[:-1], r[-1]) for r in rows]
+        return [_passage(r[:-1], r[-1]) for r in rows if r[-1] is not None and math.isfinite(r[-1])]
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -31,13 +31,13 @@ import functools
 import hashlib
 import heapq
 import importlib
+import math
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import date, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Self, TypeVar
@@ -45,7 +45,8 @@ from typing import Any, Literal, Self, TypeVar
 from agentrt import _json
 from agentrt.errors import UserError
 from agentrt.knowledge.base import Chunk, Document
-from agentrt.memory._text import STOP_WORDS, cosine, index_terms, pack_vector, unit, unpack_vector
+from agentrt.knowledge.filters import check_filters, finite_unit
+from agentrt.memory._text import STOP_WORDS, cosine, index_terms, pack_vector, unpack_vector
 from agentrt.memory.retrieval import Passage, SearchFilters
 
 __all__ = ["SqliteKnowledgeStore"]
@@ -86,6 +87,7 @@ _SCHEMA = (
     "CREATE TRIGGER IF NOT EXISTS kb_fts_delete AFTER DELETE ON kb_chunks "
     "BEGIN DELETE FROM kb_fts WHERE rowid = old.seq; END",
 )
+_DATE_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]"
 _DOC_COLUMNS = "source, title, content_hash, metadata, chunk_count, added_at"
 _PASSAGE_SQL = (
     "SELECT c.seq, c.chunk_id, c.text, c.heading_path, c.page, d.source, d.title, d.metadata "
@@ -163,52 +165,43 @@ def _load_vec(conn: Any, vec: ModuleType, vectors: bool | None) -> bool:
     return True
 
 
-def _iso(value: Any, key: str) -> str:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, str) and value:
-        try:
-            datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            return value
-    raise UserError(f"filter {key!r} must be a date, a datetime or an ISO date string, not {value!r}")
-
-
 def _filter_sql(filters: SearchFilters | None) -> tuple[str, list[Any]]:
-    """SQL conditions on ``d`` (kb_documents) for `filters`, with their parameters; never formats a value in."""
-    if not filters:
+    """SQL conditions on ``d`` (kb_documents) for `filters`, with their parameters; never formats a value in.
+
+    `filters` are checked first (`check_filters`: typed errors, canonical dates, bounded lists).
+    """
+    checked = check_filters(filters)
+    if not checked:
         return "", []
     clauses: list[str] = []
     params: list[Any] = []
-    for key, value in filters.items():
+    for key, value in checked.items():
         if key == "source":
-            sources = [value] if isinstance(value, str) else list(value)
-            if not all(isinstance(s, str) for s in sources):
-                raise UserError(f"filter 'source' must be a string or a list of strings, not {value!r}")
-            if not sources:
+            if not value:
                 clauses.append("0")
                 continue
-            clauses.append(f"d.source IN ({','.join('?' * len(sources))})")
-            params.extend(sources)
+            clauses.append(f"d.source IN ({','.join('?' * len(value))})")
+            params.extend(value)
         elif key == "tags":
-            tags = [value] if isinstance(value, str) else list(value)
-            for tag in tags:
+            for tag in dict.fromkeys(value):
                 clauses.append(
                     "EXISTS (SELECT 1 FROM json_each(d.metadata, '$.tags') t WHERE t.value = ? AND t.type = 'text')"
                 )
-                params.append(str(tag))
+                params.append(tag)
         elif key in ("since", "until"):
-            bound = _iso(value, key)
             op = ">=" if key == "since" else "<="
-            if len(bound) == 10:  # a date: compare the date part of the document's date
-                clauses.append(f"substr(json_extract(d.metadata, '$.date'), 1, 10) {op} ?")
-            else:
-                clauses.append(f"json_extract(d.metadata, '$.date') {op} ?")
-            params.append(bound)
+            column = "json_extract(d.metadata, '$.date')"
+            # Only a text that starts as an ISO date is a date (the memory store parses the same ones).
+            guard = f"json_type(d.metadata, '$.date') = 'text' AND {column} GLOB '{_DATE_GLOB}*' AND "
+            if len(value) == 10:  # a date: compare the date part of the document's date
+                clauses.append(f"({guard}substr({column}, 1, 10) {op} ?)")
+            else:  # a date and time: a document's date without time is its midnight
+                clauses.append(
+                    f"({guard}(CASE WHEN length({column}) = 10 THEN {column} || 'T00:00:00' ELSE {column} END) {op} ?)"
+                )
+            params.append(value)
         else:
-            clause, extra = _equality(str(key), value)
+            clause, extra = _equality(key, value)
             clauses.append(clause)
             params.extend(extra)
     return "".join(f" AND {clause}" for clause in clauses), params
@@ -467,8 +460,8 @@ class SqliteKnowledgeStore:
     ) -> list[Passage]:
         """Nearest chunks by cosine similarity, best first; chunks without an embedding are not ranked."""
         where, params = _filter_sql(filters)
-        query = unit([float(x) for x in vector])
-        if k < 1 or not any(query):
+        query = finite_unit(vector)
+        if k < 1 or query is None:
             return []
         return await self._run(self._search_vector, namespace, kb, query, k, where, params)
 
@@ -489,6 +482,7 @@ class SqliteKnowledgeStore:
                     + " ORDER BY score DESC, c.seq LIMIT ?",
                     (pack_vector(query), *args, k),
                 ).fetchall()
+                hits = [(seq, score) for seq, score in hits if score is not None and math.isfinite(score)]
             else:
                 rows = conn.execute("SELECT c.seq, c.embedding " + scope, args)
                 hits = _nearest(query, rows, k)
@@ -525,8 +519,8 @@ def _chunk_row(chunk: Chunk) -> tuple[tuple[Any, ...], str, str]:
     dims: int | None = None
     blob: bytes | None = None
     if chunk.embedding is not None:
-        vector = unit([float(x) for x in chunk.embedding])
-        if any(vector):  # a zero vector has no direction: nothing to rank it by
+        vector = finite_unit(chunk.embedding)
+        if vector is not None:  # a zero or non-finite vector has no direction: nothing to rank it by
             dims, blob = len(vector), pack_vector(vector)
     row = (
         chunk.chunk_id,
@@ -544,7 +538,9 @@ def _chunk_row(chunk: Chunk) -> tuple[tuple[Any, ...], str, str]:
 def _nearest(query: list[float], rows: Iterator[tuple[int, bytes]], k: int) -> list[tuple[int, float]]:
     """The `k` (seq, cosine) pairs most similar to the unit `query`, best first (ties: lower seq first)."""
     scored = ((cosine(query, unpack_vector(blob)), -seq) for seq, blob in rows)
-    return [(-neg_seq, score) for score, neg_seq in heapq.nlargest(k, scored)]
+    # A NaN cosine (a vector stored before non-finite ones were refused) would break the ordering.
+    finite = (pair for pair in scored if math.isfinite(pair[0]))
+    return [(-neg_seq, score) for score, neg_seq in heapq.nlargest(k, finite)]
 
 
 def _passages(conn: Any, hits: Sequence[tuple[int, float]]) -> list[Passage]:
