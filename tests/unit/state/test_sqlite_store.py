@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentrt.errors import StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
@@ -705,3 +708,72 @@ async def test_a_batch_that_finds_the_database_busy_is_written_by_the_worker_onc
     finally:
         other.close()
         await store.close()
+
+
+# -- the one-statement append (UPDATE ... RETURNING, fields merged by json_set) ------------------------------
+
+_FIELD_VALUES = {
+    "summary": st.one_of(st.none(), st.text(max_size=20)),
+    "summary_index": st.integers(0, 50),
+    "metadata": st.dictionaries(
+        st.text(max_size=5),
+        st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=8), st.lists(st.integers())),
+        max_size=4,
+    ),
+    "tool_state": st.dictionaries(st.sampled_from(["a", "b", "c.d", '"q"']), st.text(max_size=5), max_size=3),
+    "active_groups": st.lists(st.sampled_from(["web", "files", "shell"]), max_size=3, unique=True),
+}
+_STEPS = st.lists(
+    st.tuples(
+        st.integers(0, 3),
+        st.dictionaries(st.sampled_from(sorted(_FIELD_VALUES)), st.none(), max_size=3).flatmap(
+            lambda keys: st.fixed_dictionaries({k: _FIELD_VALUES[k] for k in keys})
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_STEPS)
+def test_the_one_statement_append_stores_what_the_read_modify_write_one_stores(
+    steps: list[tuple[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def replay(path: Path) -> AgentState:
+        async with SqliteStateStore(path, inline=False) as store:
+            revision = 0
+            for n, (count, fields) in enumerate(steps):
+                messages = [Msg.user(f"m{n}-{i}") for i in range(count)]
+                revision = await store.append("u", "s", messages, fields=fields, expected_revision=revision)
+            state = await store.load("u", "s")
+            assert state is not None
+            return state
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    fast = asyncio.run(replay(folder / "fast.db"))
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_module, "_RETURNING", False)
+        slow = asyncio.run(replay(folder / "slow.db"))
+    assert fast.fields_dict() == slow.fields_dict()
+    assert [m.text for m in fast.messages] == [m.text for m in slow.messages]
+    assert fast.revision == slow.revision == len(steps)
+
+
+async def test_a_stale_revision_is_a_conflict_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SqliteStateStore(path) as store:
+        await store.append("u", "s", [Msg.user("one")], expected_revision=0)
+        await store.append("u", "s", [Msg.user("two")], fields={"summary": "kept"}, expected_revision=1)
+        with pytest.raises(StateConflictError, match="revision 2, not 1"):
+            await store.append("u", "s", [Msg.user("stale")], fields={"summary": "lost"}, expected_revision=1)
+        with pytest.raises(StateConflictError, match="revision 0, not 3"):
+            await store.append("u", "gone", [Msg.user("x")], expected_revision=3)
+    with _raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM messages WHERE session_id = 's'").fetchone() == (2,)
+        assert (
+            json.loads(conn.execute("SELECT doc FROM sessions WHERE session_id = 's'").fetchone()[0])["summary"]
+            == "kept"
+        )
+        assert conn.execute("SELECT count(*) FROM sessions WHERE session_id = 'gone'").fetchone() == (0,)
+    conn.close()

@@ -646,46 +646,99 @@ def _append(
 ) -> int:
     key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
-        row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC if changed else _SELECT_FOR_APPEND, key).fetchone()
-        current = 0 if row is None else int(row[0])
-        if current != expected:
-            raise _conflict(user_id, session_id, current, expected)
         now = time.time()
-        revision = current + 1
-        if row is None:
-            count = 0
-            doc = encode_state(
-                AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now),
-                include_messages=False,
-            )
-            doc.update(changed or {}, revision=revision, updated_at=now)
-            conn.execute(
-                "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, revision, _json.dumps(doc), len(bodies), now, now),
-            )
+        if expected > 0 and _RETURNING and (not changed or _JSON_SET):
+            count = _bump(conn, key, len(bodies), now, changed, expected)
+            if count is None:  # not at `expected` (or gone, or its document is not an object): say which
+                row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC, key).fetchone()
+                current = 0 if row is None else int(row[0])
+                if row is not None and current == expected:
+                    _parse_doc(row[2], user_id, session_id)  # raises for what json_set could not merge into
+                    raise StateStoreError(f"stored state of session {session_id!r} of user {user_id!r} is corrupt")
+                raise _conflict(user_id, session_id, current, expected)
+            revision = expected + 1
         else:
-            count = int(row[1])
-            if changed:
-                doc = _parse_doc(row[2], user_id, session_id)
-                doc.update(changed, revision=revision, updated_at=now)
-                conn.execute(
-                    f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?, doc = ? WHERE {_KEY}",
-                    (revision, count + len(bodies), now, _json.dumps(doc), *key),
-                )
-            else:  # the columns are authoritative for revision and timestamps: doc stays as it is
-                conn.execute(
-                    f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ? WHERE {_KEY}",
-                    (revision, count + len(bodies), now, *key),
-                )
-        if bodies:
-            conn.executemany(
-                "INSERT INTO messages (agent, user_id, session_id, seq, body) VALUES (?, ?, ?, ?, ?)",
-                [(*key, count + i, body) for i, body in enumerate(bodies)],
-            )
+            revision, count = _append_slow(conn, key, len(bodies), now, changed, expected)
+        if len(bodies) == 1:
+            conn.execute(_INSERT_MESSAGE, (*key, count, bodies[0]))
+        elif bodies:
+            conn.executemany(_INSERT_MESSAGE, [(*key, count + i, body) for i, body in enumerate(bodies)])
     return revision
 
 
+def _bump(
+    conn: sqlite3.Connection,
+    key: tuple[str, str, str],
+    added: int,
+    now: float,
+    changed: dict[str, Any] | None,
+    expected: int,
+) -> int | None:
+    """Move the session from revision `expected` to the next, in one statement; the first new seq, or None.
+
+    Changed fields are merged into the stored document by SQLite (``json_set``), not parsed and
+    rewritten in Python: the cost does not grow with the size of the document.
+    """
+    params: list[Any] = [added, now]
+    doc = only_objects = ""
+    if changed:
+        doc = ", doc = json_set(doc" + ", ?, json(?)" * len(changed) + ")"
+        only_objects = " AND json_type(doc) = 'object'"  # json_set on anything else would ignore the fields
+        for name, value in changed.items():
+            params += (f"$.{name}", _json.dumps(value))
+    row = conn.execute(
+        f"UPDATE sessions SET revision = revision + 1, message_count = message_count + ?, updated_at = ?{doc}"
+        f" WHERE {_KEY} AND revision = ?{only_objects} RETURNING message_count",
+        (*params, *key, expected),
+    ).fetchone()
+    return None if row is None else int(row[0]) - added
+
+
+def _append_slow(
+    conn: sqlite3.Connection,
+    key: tuple[str, str, str],
+    added: int,
+    now: float,
+    changed: dict[str, Any] | None,
+    expected: int,
+) -> tuple[int, int]:
+    """A new session's first append (or an append on an SQLite without RETURNING/json_set): (revision, seq)."""
+    agent, user_id, session_id = key
+    row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC if changed else _SELECT_FOR_APPEND, key).fetchone()
+    current = 0 if row is None else int(row[0])
+    if current != expected:
+        raise _conflict(user_id, session_id, current, expected)
+    revision = current + 1
+    if row is None:
+        doc = encode_state(
+            AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now), include_messages=False
+        )
+        doc.update(changed or {}, revision=revision, updated_at=now)
+        conn.execute(
+            "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*key, revision, _json.dumps(doc), added, now, now),
+        )
+        return revision, 0
+    count = int(row[1])
+    if changed:
+        doc = _parse_doc(row[2], user_id, session_id)
+        doc.update(changed, revision=revision, updated_at=now)
+        conn.execute(
+            f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?, doc = ? WHERE {_KEY}",
+            (revision, count + added, now, _json.dumps(doc), *key),
+        )
+    else:  # the columns are authoritative for revision and timestamps: doc stays as it is
+        conn.execute(
+            f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ? WHERE {_KEY}",
+            (revision, count + added, now, *key),
+        )
+    return revision, count
+
+
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+_JSON_SET = sqlite3.sqlite_version_info >= (3, 38, 0)  # JSON functions built in (earlier: an option)
+_INSERT_MESSAGE = "INSERT INTO messages (agent, user_id, session_id, seq, body) VALUES (?, ?, ?, ?, ?)"
 _SELECT_FOR_APPEND = f"SELECT revision, message_count FROM sessions WHERE {_KEY}"
 _SELECT_FOR_APPEND_WITH_DOC = f"SELECT revision, message_count, doc FROM sessions WHERE {_KEY}"
 
