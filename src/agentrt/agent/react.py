@@ -41,7 +41,6 @@ __all__ = ["MemoryMode", "ReActAgent"]
 
 logger = logging.getLogger("agentrt.agent")
 
-_EMPTY_TOOLKIT = Toolkit()
 _PAUSED = frozenset(
     (GenerateReason.AWAITING_CONFIRMATION, GenerateReason.AWAITING_EXTERNAL_EXECUTION, GenerateReason.INTERRUPTED)
 )
@@ -212,7 +211,9 @@ class ReActAgent(AgentBase):
         self.sys_prompt = sys_prompt
         self._model = model
         self._model_ready = False
-        self.toolkit = toolkit if toolkit is not None else _EMPTY_TOOLKIT
+        # Its own (empty) toolkit when none is given: a shared one would hand a tool registered
+        # through one agent's `toolkit` to every other agent built without one.
+        self.toolkit = toolkit if toolkit is not None else Toolkit()
         self.middlewares = tuple(middlewares)
         self.permission = permission
         self.options = options if options is not None else DEFAULT_OPTIONS

@@ -175,3 +175,13 @@ async def test_a_callback_failure_on_the_last_event_is_raised_and_the_reply_is_s
     state = await agent.get_state("u", "s")
     assert [m.text for m in state.messages] == ["go", "all done"]
     assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+
+def test_agents_built_without_a_toolkit_do_not_share_one() -> None:
+    # A tool registered through one agent's default toolkit must not reach another agent.
+    first = ReActAgent("one", "You are a test bot.", model=ScriptedModel(["hi"]))
+    second = ReActAgent("two", "You are a test bot.", model=ScriptedModel(["hi"]))
+    first.toolkit.register(add)
+    assert first.toolkit.names() == ["add"]
+    assert second.toolkit.names() == []
+    assert ReActAgent("three", "You are a test bot.", model=ScriptedModel(["hi"])).toolkit.names() == []
