@@ -26,21 +26,17 @@ Every statement runs in one worker thread that owns the connection, as in `Sqlit
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import heapq
 import importlib
 import math
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, TypeVar
 
 from agentrt import _json
 from agentrt.errors import UserError
@@ -48,6 +44,7 @@ from agentrt.knowledge.base import Chunk, Document
 from agentrt.knowledge.filters import check_filters, finite_unit
 from agentrt.memory._text import STOP_WORDS, cosine, index_terms, pack_vector, unpack_vector
 from agentrt.memory.retrieval import Passage, SearchFilters
+from agentrt.memory.stores._sqlite_thread import SqliteThread, open_database
 
 __all__ = ["SqliteKnowledgeStore"]
 
@@ -221,7 +218,7 @@ def _equality(key: str, value: Any) -> tuple[str, list[Any]]:
     return head + "m.type IN ('array', 'object') AND m.value = json(?))", [key, _json.dumps(value)]
 
 
-class SqliteKnowledgeStore:
+class SqliteKnowledgeStore(SqliteThread):
     """Knowledge bases in one SQLite file: FTS5 full-text search ranked by BM25, optional vectors.
 
     Args:
@@ -234,11 +231,8 @@ class SqliteKnowledgeStore:
     def __init__(self, path: str | Path = "~/.agentrt/knowledge.db", *, vectors: bool | None = None) -> None:
         self.path = str(path)
         self.vectors = vectors
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._conn: Any = None
+        super().__init__()
         self._vec = False
-        self._closed = False
 
     @property
     def vector_engine(self) -> Literal["sqlite-vec", "python"] | None:
@@ -248,33 +242,15 @@ class SqliteKnowledgeStore:
         return "sqlite-vec" if self._vec else "python"
 
     # -- plumbing -----------------------------------------------------------------------------
-    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        if self._closed:
-            raise UserError("this SqliteKnowledgeStore is closed")
-        pool = self._pool
-        if pool is None:
-            with self._pool_lock:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrt-knowledge")
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+    _thread_name = "agentrt-knowledge"
 
     def _connection(self) -> Any:
         conn = self._conn
         if conn is not None:
             return conn
         module, vec = _sqlite_module(self.vectors)
-        path = self.path
-        if path != ":memory:" and not path.startswith("file:"):
-            file = Path(path).expanduser()
-            file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = str(file)
-        conn = module.connect(path, isolation_level=None, check_same_thread=False, uri=path.startswith("file:"))
+        conn = open_database(module, self.path)
         try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            if path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
             self._vec = vec is not None and _load_vec(conn, vec, self.vectors)
             with _transaction(conn):
                 for statement in _SCHEMA:
@@ -487,28 +463,6 @@ class SqliteKnowledgeStore:
                 rows = conn.execute("SELECT c.seq, c.embedding " + scope, args)
                 hits = _nearest(query, rows, k)
             return _passages(conn, hits)
-
-    # -- lifecycle ----------------------------------------------------------------------------
-    async def close(self) -> None:
-        """Close the database and stop the worker thread (idempotent)."""
-        if self._closed:
-            return
-        pool = self._pool
-        if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(pool, self._close_conn)
-            pool.shutdown(wait=False)
-        self._closed = True
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"SqliteKnowledgeStore({self.path!r}, vectors={self.vectors!r})"

@@ -15,20 +15,15 @@ blocks on disk and no connection is shared between threads.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import functools
 import hashlib
 import os
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TypeVar
 
 from agentrt.errors import UserError
 from agentrt.memory._text import fuse, index_terms, nearest, normalise, pack_vector, unit
@@ -48,6 +43,7 @@ from agentrt.memory.long_term import (
     query_inputs,
     ttl_seconds,
 )
+from agentrt.memory.stores._sqlite_thread import SqliteThread, open_database
 
 __all__ = ["SqliteLongTermMemory"]
 
@@ -78,7 +74,7 @@ def user_token(user_id: str) -> str:
     return "u" + hashlib.sha1(user_id.encode("utf-8")).hexdigest()[:24]
 
 
-class SqliteLongTermMemory:
+class SqliteLongTermMemory(SqliteThread):
     """Long-term memory in one SQLite file: FTS5 full-text search ranked by BM25, optional vectors.
 
     Args:
@@ -110,40 +106,23 @@ class SqliteLongTermMemory:
         if vector_scan_limit < 1:
             raise UserError(f"vector_scan_limit must be at least 1, not {vector_scan_limit!r}")
         self.vector_scan_limit = vector_scan_limit
-        self._pool: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
+        super().__init__()
         self._last_purge = float("-inf")
-        self._pool_lock = threading.Lock()
 
     # -- plumbing -----------------------------------------------------------------------------
-    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        if self._closed:
-            raise UserError("this SqliteLongTermMemory is closed")
-        pool = self._pool
-        if pool is None:
-            with self._pool_lock:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrt-memory")
-        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
+    _thread_name = "agentrt-memory"
 
     def _connection(self) -> sqlite3.Connection:
-        conn = self._conn
+        conn: sqlite3.Connection | None = self._conn
         if conn is None:
-            if self.path != ":memory:" and not self.path.startswith("file:"):
-                Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-                path = str(Path(self.path).expanduser())
-            else:
-                path = self.path
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, uri=path.startswith("file:"))
-            conn.execute("PRAGMA busy_timeout = 10000")
-            if path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
-            with _transaction(conn):
-                for statement in _SCHEMA:
-                    conn.execute(statement)
+            conn = open_database(sqlite3, self.path)
+            try:
+                with _transaction(conn):
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return conn
 
@@ -314,27 +293,6 @@ class SqliteLongTermMemory:
         with _transaction(conn):
             cur = conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
         return cur.rowcount
-
-    async def close(self) -> None:
-        """Close the database and stop the worker thread (idempotent)."""
-        if self._closed:
-            return
-        pool = self._pool
-        if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(pool, self._close_conn)
-            pool.shutdown(wait=False)
-        self._closed = True
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"SqliteLongTermMemory({self.path!r}, ttl={self.ttl!r}, cap={self.cap!r})"
