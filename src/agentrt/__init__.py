@@ -1,8 +1,9 @@
 """agentrt: an async agent runtime. Give it a model, tools and a prompt; it runs a reason-act loop."""
 
 from agentrt import _version
-from agentrt.agent import LoopOptions, MemoryOptions, OutputOptions, ReActAgent, UserAgent
+from agentrt.agent import LoopOptions, MemoryOptions, OutputOptions, ReActAgent, UsageLimits, UserAgent
 from agentrt.context import RuntimeContext
+from agentrt.errors import UsageLimitExceeded
 from agentrt.message import (
     AudioBlock,
     Base64Source,
@@ -42,6 +43,8 @@ __all__ = [
     "Toolkit",
     "ToolResultBlock",
     "ToolUseBlock",
+    "UsageLimitExceeded",
+    "UsageLimits",
     "UserAgent",
     "VideoBlock",
     "tool",

@@ -31,6 +31,8 @@ Errors are split by who has to act on them::
     │   └── McpError                   an MCP server failed or refused a request
     │       └── McpConnectionError     it could not be started or reached, or the connection died
     │           └── McpCallLostError   the connection died during a call that was not re-sent
+    ├── UsageLimitExceeded             a call reached one of its `UsageLimits` (requests, tokens,
+    │                                  tool calls, cost); its work so far is saved in the session
     └── StateStoreError                the state store failed
         ├── StateConflictError         a write raced another writer (stale revision)
         └── SessionBusyError           the session lock could not be acquired in time
@@ -73,6 +75,7 @@ __all__ = [
     "ToolRetry",
     "ToolSuspended",
     "UnexpectedModelCallError",
+    "UsageLimitExceeded",
     "UserError",
 ]
 
@@ -131,6 +134,43 @@ class SkillError(UserError):
         super().__init__(f"{where}{message}")
         self.path = path
         self.line = line
+
+
+class UsageLimitExceeded(AgentrtError):  # noqa: N818 - the name the public API contract fixes
+    """A call reached one of its usage limits (`agentrt.agent.usage.UsageLimits`) and was stopped.
+
+    Raised to the caller after the call's work was checkpointed: the session holds the input and
+    every completed step (a tool call that was not run gets a result saying so), and a later call on
+    the session continues it.
+
+    Attributes:
+        limit: Which limit: ``"requests"``, ``"input_tokens"``, ``"output_tokens"``,
+            ``"total_tokens"``, ``"tool_calls"`` or ``"cost_usd"``.
+        limit_value: The limit that was set.
+        used: What the call had used of it when it stopped: for ``requests`` and ``tool_calls``
+            what the next step would have reached (it was not started), for tokens and cost what
+            was spent.
+        usage: Everything the call had spent (an `agentrt.agent.usage.RunUsage`).
+        agent: The name of the agent whose limit it was (a parent's, when a subagent running
+            inside its call spent the parent's budget).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        limit_value: float,
+        used: float,
+        usage: Any = None,
+        agent: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.limit_value = limit_value
+        self.used = used
+        self.usage = usage
+        self.agent = agent
 
 
 class ModelError(AgentrtError):

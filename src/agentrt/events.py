@@ -206,10 +206,11 @@ class ExternalExecutionResult(AgentEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage(AgentEvent):
-    """Tokens spent by one model call."""
+    """Tokens spent by one model call, and its cost in US dollars (None when the model's price is unknown)."""
 
     usage: TokenUsage
     model: str = ""
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -206,6 +206,21 @@ async def test_thinking_streams_as_reasoning_events_and_usage_is_reported() -> N
     assert (total.model, total.input_tokens, total.output_tokens, total.total_tokens) == ("mini", 12, 5, 17)
 
 
+async def test_usage_carries_the_cost_when_the_price_is_known() -> None:
+    usage = TokenUsage(input_tokens=1000, output_tokens=100)
+    for name, cost in (("openai:gpt-4o", 0.0035), ("mini", None)):
+        async with client_for(make_agent(ScriptedModel(["Hi!"], usage=usage, name=name))) as client:
+            events = await run(client, run_input("t1", "r1", [UserMessage(id="u1", content="hello")]))
+        [custom] = [e for e in of(events, EventType.CUSTOM) if e.name == agui.CUSTOM_USAGE]
+        [total] = events[-1].usage
+        if cost is None:
+            assert custom.value["cost_usd"] is None
+            assert "costUsd" not in total.model_dump(by_alias=True)
+        else:
+            assert custom.value["cost_usd"] == pytest.approx(cost)
+            assert total.model_dump(by_alias=True)["costUsd"] == pytest.approx(cost)
+
+
 async def test_a_failing_model_ends_the_stream_with_run_error() -> None:
     async with client_for(make_agent(ScriptedModel([RuntimeError("provider down")]))) as client:
         events = await run(client, run_input("t1", "r1", [UserMessage(id="u1", content="hi")]))

@@ -75,7 +75,7 @@ def _events(draw: st.DrawFn) -> ev.AgentEvent:
     meta = draw(st.dictionaries(st.text(max_size=5), _VALUES, max_size=3))
     tool_input = draw(st.dictionaries(st.text(max_size=5), _VALUES, max_size=3))
     msg = _msg(meta, tool_input)
-    ids = {"reply_id": "r", "session_id": "s", "source": "bot"}
+    ids: dict[str, Any] = {"reply_id": "r", "session_id": "s", "source": "bot"}
     kind = draw(st.sampled_from(["started", "call_finished", "finished", "tool_result", "confirm", "usage"]))
     if kind == "started":
         return ev.RunStarted(**ids, input=[msg, Msg.user("q")], user_id="u")

@@ -221,8 +221,10 @@ async def test_an_agent_that_streams_its_own_way_is_streamed_through_its_stream_
     from agentrt import events as ev
 
     class Announcing(ReActAgent):
-        async def stream_events(self, input: Any = None, ctx: Any = None, *, output: Any = None) -> Any:
-            async for event in super().stream_events(input, ctx, output=output):
+        async def stream_events(
+            self, input: Any = None, ctx: Any = None, *, output: Any = None, usage_limits: Any = None
+        ) -> Any:
+            async for event in super().stream_events(input, ctx, output=output, usage_limits=usage_limits):
                 if isinstance(event, ev.RunFinished):
                     yield ev.TextDelta(reply_id=event.reply_id, source=self.name, block_id="extra", delta="(announced)")
                 yield event

@@ -115,6 +115,25 @@ async def test_renderer_prints_thinking_tool_calls_results_and_the_answer() -> N
     assert "2 steps \u00b7 1 tool call" in out
 
 
+async def test_the_footer_shows_tokens_and_the_cost_when_known() -> None:
+    from agentrt import ReActAgent
+    from agentrt.cli.chat import _dollars
+    from agentrt.message import TokenUsage
+    from agentrt.model import ScriptedModel
+
+    usage = TokenUsage(input_tokens=1000, output_tokens=100)
+    for name, cost in (("openai:gpt-4o", "$0.0035"), ("private", None)):
+        buffer = io.StringIO()
+        agent = ReActAgent("a", model=ScriptedModel(["hi"], name=name, usage=usage), state_store=InMemoryStateStore())
+        renderer = ChatRenderer(Console(file=buffer, width=200, color_system=None), agent.name)
+        async for event in agent.stream_events("hi"):
+            renderer.feed(event)
+        out = buffer.getvalue()
+        assert "1000 in / 100 out tokens" in out
+        assert (cost in out) if cost else ("$" not in out)
+    assert [_dollars(v) for v in (0, 0.00005, 0.0123, 12.5)] == ["$0.0000", "<$0.0001", "$0.0123", "$12.50"]
+
+
 # -- the real command in a pseudo-terminal -------------------------------------------------------------------
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:

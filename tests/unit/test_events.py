@@ -290,7 +290,7 @@ def test_reducer_non_object_arguments_give_empty_input() -> None:
 
 
 def test_reducer_ignores_other_reply_ids_and_sources() -> None:
-    sub = {"session_id": S, "source": "researcher"}
+    sub: dict[str, Any] = {"session_id": S, "source": "researcher"}
     events: list[AgentEvent] = [
         ModelCallStarted(**_kw(step=1)),
         TextDelta(**_kw(block_id="t", delta="mine ")),

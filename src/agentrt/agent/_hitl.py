@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agentrt import events as ev
 from agentrt.agent import _plan, _turns
 from agentrt.agent._run import Run
+from agentrt.agent.usage import check_tool_calls, record_tool_calls, snapshot
 from agentrt.errors import (
     AgentrtError,
     InvalidAnswerError,
@@ -146,6 +147,8 @@ async def act(
             continue
         to_run.append(call)
     if to_run:
+        check_tool_calls(run, len(to_run))  # a batch past the limit never starts
+        record_tool_calls(run, len(to_run))
         report = _skip_suspended(on_result)
         if len(to_run) > 1:
             report = _recording(run, reply.id, report)
@@ -255,7 +258,11 @@ def _pause(agent: ReActAgent, run: Run, pending: list[PendingCall], step_content
         name=agent.name,
         id=run.reply_id,
         usage=run.usage,
-        metadata={META_GENERATE_REASON: reason.value, META_PENDING: [e.to_dict() for e in leaves]},
+        metadata={
+            META_GENERATE_REASON: reason.value,
+            META_PENDING: [e.to_dict() for e in leaves],
+            "usage": snapshot(run).to_dict(),
+        },
     )
 
 
@@ -586,6 +593,7 @@ class _Resumption:
     ) -> None:
         """Spend the approval, then run the call (noting edited arguments in the result for the model)."""
         await self._spend(effective.id)
+        record_tool_calls(self.run, 1)  # counted; a call a human approved is not stopped by the limit
         [result] = await self.executor.execute_all([effective], self.runner, None)
         payload = _suspended(result)
         if payload is not None:

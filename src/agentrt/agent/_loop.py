@@ -15,7 +15,20 @@ from agentrt.agent import _hitl, _knowledge, _questions, _turns
 from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutputError, output_spec
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
-from agentrt.errors import ContextWindowExceededError, ModelBehaviorError, NotPendingError
+from agentrt.agent.usage import (
+    check_after_request,
+    check_before_request,
+    record_request,
+    record_spend,
+    snapshot,
+)
+from agentrt.errors import (
+    ContextWindowExceededError,
+    InvalidValueError,
+    ModelBehaviorError,
+    NotPendingError,
+    UsageLimitExceeded,
+)
 from agentrt.message import (
     META_CONFIRM_RESULTS,
     META_GENERATE_REASON,
@@ -29,6 +42,7 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import GenerateOptions, ModelRequest, ToolSchema
+from agentrt.model.pricing import cost_of, price_known
 from agentrt.tool._execution import ToolExecutor
 
 if TYPE_CHECKING:
@@ -130,6 +144,10 @@ async def run_call(agent: ReActAgent, run: Run) -> Msg:
 async def _call_core(agent: ReActAgent, run: Run) -> Msg:
     try:
         return await _call_body(agent, run)
+    except UsageLimitExceeded as exc:
+        # Nothing is lost: what the call did is saved, calls it did not run are closed, then the caller hears.
+        await asyncio.shield(_save_on_limit(run, exc))
+        raise
     except (asyncio.CancelledError, _Interrupt):
         # Also covers an interrupt that lands while the state is still loading.
         task = run.task
@@ -153,6 +171,7 @@ def _quiet_options(options: GenerateOptions) -> GenerateOptions:
 
 async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     run.options = agent.options if run.streaming else _quiet_options(agent.options)
+    _check_cost_limit(agent, run)
     spec = None
     if run.output is not None:  # resolved before anything is saved: a bad output= changes nothing
         spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
@@ -224,6 +243,29 @@ async def _full_system_message(agent: ReActAgent, run: Run, spec: OutputSpec | N
 async def _save_on_cancel(run: Run) -> None:
     _turns.close_turn(run)
     await run.checkpoint()
+
+
+async def _save_on_limit(run: Run, exc: UsageLimitExceeded) -> None:
+    if not run.loaded:
+        return  # stopped before the state was read: nothing of this call to save
+    _turns.close_turn(run, f"Not run: the call stopped at its usage limit ({exc.limit}={exc.limit_value:g}).")
+    await run.checkpoint()
+
+
+def _check_cost_limit(agent: ReActAgent, run: Run) -> None:
+    """A cost limit needs a model whose calls have a price: say so before anything is saved."""
+    limits = run.limits
+    if limits is not None and limits.cost_usd is not None and not price_known(agent.model):
+        raise InvalidValueError(
+            f"usage limit cost_usd={limits.cost_usd:g}: model {agent.model.id!r} has no known price (not in the "
+            "genai-prices table, or genai-prices is not installed: pip install 'agentrt[cost]'); give it one with "
+            "model.price = ModelPrice(input=..., output=...)"
+        )
+
+
+def usage_metadata(run: Run) -> dict[str, object]:
+    """The ``metadata["usage"]`` of a call's reply: what the call spent so far (`RunUsage.to_dict`)."""
+    return {"usage": snapshot(run).to_dict()}
 
 
 def _refuse_stray_answers(run: Run) -> None:
@@ -320,8 +362,9 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
             return await _wrap_up(agent, run, system, executor)
         if run.interrupt_requested:
             raise _Interrupt
+        check_before_request(run)
         run.step += 1
-        reply = _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, None))
+        reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, None)))
         calls = reply.tool_calls
         if spec is not None and (not calls or spec.mode == "tool") and not _is_empty(reply):
             outcome = await _structured(agent, run, spec, reply, calls)
@@ -346,7 +389,10 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
                 nudged = True
                 extra = [Msg.user(NUDGE)]
                 continue
-            final = _knowledge.cite(run, reply.replace(id=run.reply_id, usage=run.usage))
+            final = _knowledge.cite(
+                run,
+                reply.replace(id=run.reply_id, usage=run.usage, metadata={**reply.metadata, **usage_metadata(run)}),
+            )
             run.add_messages(final)
             await run.checkpoint()
             return final
@@ -358,6 +404,20 @@ async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolE
         paused = await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
         if paused is not None:
             return paused
+
+
+def _spent(run: Run, reply: Msg) -> Msg:
+    """`reply`, once the tokens and cost spent so far are within the limits.
+
+    Past one, the reply (a completed step) joins the session before the call stops: its tool calls
+    get "not run" results from `_save_on_limit`.
+    """
+    try:
+        check_after_request(run)
+    except UsageLimitExceeded:
+        run.add_messages(reply)
+        raise
+    return reply
 
 
 def _distinct_calls(run: Run, reply: Msg) -> Msg:
@@ -429,6 +489,7 @@ def _structured_reply(agent: ReActAgent, run: Run, value: Any, reply: Msg | None
         **(reply.metadata if reply is not None else {}),
         META_GENERATE_REASON: GenerateReason.STRUCTURED_OUTPUT.value,
         META_STRUCTURED: value,
+        **usage_metadata(run),
     }
     content: list[Any] = [b for b in reply.content if isinstance(b, ThinkingBlock)] if reply is not None else []
     content.append(TextBlock(text=_json.dumps(value)))
@@ -452,7 +513,8 @@ async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: To
     choice = _NONE_CHOICE
     if spec is not None and spec.mode == "tool":
         choice = GenerateOptions(tool_choice={"name": GENERATE_RESPONSE})
-    reply = _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, choice))
+    check_before_request(run)
+    reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, choice)))
     if spec is not None:
         outcome = await _structured(agent, run, spec, reply, reply.tool_calls)
         if isinstance(outcome, Msg):
@@ -462,7 +524,7 @@ async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: To
         id=run.reply_id,
         content=content,
         usage=run.usage,
-        metadata={**reply.metadata, META_GENERATE_REASON: GenerateReason.MAX_ITERS.value},
+        metadata={**reply.metadata, META_GENERATE_REASON: GenerateReason.MAX_ITERS.value, **usage_metadata(run)},
     )
     final = _knowledge.cite(run, final)
     run.add_messages(final)
@@ -590,6 +652,7 @@ async def _reasoning_managed(
             if run.streaming:
                 run.event(ev.ModelRestarted, step=run.step, reason="context_window_exceeded")
             prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
+            check_before_request(run)
             msg = await handler(ModelRequest(prompt, tools, options))
         compressor.calibrate(raw, msg.usage, model)
         return msg
@@ -631,15 +694,19 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
     acc = ReplyAccumulator(_Listener(run) if streaming else None)
     if streaming:
         run.event(ev.ModelCallStarted, step=run.step, model=model.model_name)
+    record_request(run)
     async for chunk in model.stream(request.messages, request.tools, request.options):
         acc.add(chunk)
         if run.interrupt_requested:
             raise _Interrupt
     msg = acc.message(name=agent.name)
-    if acc.usage is not None:
-        run.add_usage(acc.usage)
+    usage = acc.usage
+    cost = cost_of(model, usage)
+    record_spend(run, cost)
+    if usage is not None:
+        run.add_usage(usage)
         if streaming:
-            run.event(ev.Usage, usage=acc.usage, model=model.model_name)
+            run.event(ev.Usage, usage=usage, model=model.model_name, cost_usd=cost)
     if streaming:
         run.event(ev.ModelCallFinished, step=run.step, msg=msg, finish_reason=acc.finish_reason)
     return msg
@@ -694,7 +761,7 @@ async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
         name=agent.name,
         id=run.reply_id,
         usage=run.usage,
-        metadata={META_GENERATE_REASON: GenerateReason.INTERRUPTED.value},
+        metadata={META_GENERATE_REASON: GenerateReason.INTERRUPTED.value, **usage_metadata(run)},
     )
     if not loaded:
         return final

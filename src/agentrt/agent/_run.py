@@ -18,6 +18,7 @@ from agentrt.state.cache import SessionCache
 if TYPE_CHECKING:
     from agentrt.agent._questions import QuestionBoard
     from agentrt.agent.base import AgentBase
+    from agentrt.agent.usage import UsageLimits
     from agentrt.tool.questions import UserQuestion
     from agentrt.tool.scope import EventSink
 
@@ -45,21 +46,28 @@ class Run:
         "_unsaved",
         "agent",
         "agent_key",
+        "cost_usd",
+        "cost_warned",
         "ctx",
         "emit_fn",
+        "ended",
         "executor",
         "input",
         "interrupt_message",
         "interrupt_requested",
         "knowledge",
+        "limits",
         "options",
         "output",
         "parent",
         "reply_id",
+        "requests",
         "session_id",
         "step",
         "store",
         "task",
+        "tool_calls",
+        "unpriced",
         "usage",
         "user_id",
     )
@@ -93,6 +101,20 @@ class Run:
         self._state: AgentState | None = None
         self.step = 0
         self.usage: TokenUsage | None = None
+        """Tokens this call spent, its subagents' included."""
+        self.requests = 0
+        """Model calls made by this call (and subagents inside it)."""
+        self.tool_calls = 0
+        """Tool calls run by this call (and subagents inside it)."""
+        self.cost_usd = 0.0
+        """The summed cost of the model calls with a known price (see `unpriced`)."""
+        self.unpriced = 0
+        """Model calls whose cost is unknown (then the call's cost is unknown too)."""
+        self.cost_warned = False
+        self.limits: UsageLimits | None = None
+        """The call's usage limits (`agentrt.agent.usage`), if any."""
+        self.ended = False
+        """Whether the call has returned or raised (a subagent outliving it no longer counts against it)."""
         self.task: asyncio.Task[Any] | None = None
         self.interrupt_requested = False
         self.interrupt_message: Msg | None = None
@@ -124,8 +146,13 @@ class Run:
         return f"{self.reply_id}-{self._block_seq}"
 
     def add_usage(self, usage: TokenUsage) -> None:
-        """Count tokens spent in this call."""
-        self.usage = usage if self.usage is None else self.usage + usage
+        """Count tokens spent in this call (also in the running calls it runs inside, for a subagent)."""
+        run: Run | None = self
+        while run is not None:
+            run.usage = usage if run.usage is None else run.usage + usage
+            run = run.parent
+            if run is not None and run.ended:
+                break
 
     # -- questions for the human --------------------------------------------------------------------
     @property

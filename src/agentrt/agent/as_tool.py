@@ -2,8 +2,9 @@
 
 The subagent runs in a session derived from the caller's (``<session>/<tool name>`` by default),
 so its history is isolated but continues across calls from the same parent session. Its events
-are forwarded into the parent's stream (keeping their own `source`), its token usage is added to
-the parent's, and interrupting the parent cancels it (the child checkpoints what it has). When
+are forwarded into the parent's stream (keeping their own `source`), its usage (model calls, tokens,
+cost, tool calls) counts in the parent's as it is spent, and against the parent's usage limits
+(`agentrt.agent.usage`), and interrupting the parent cancels it (the child checkpoints what it has). When
 the subagent pauses for approval, the tool suspends: the parent pauses too and surfaces the
 subagent's pending calls; the answers are routed back to the subagent, which resumes.
 
@@ -18,9 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, Literal, Protocol, TypeAlias
 
 from agentrt import _json
-from agentrt.agent._run import current_run
+from agentrt.agent._run import Run, current_run
 from agentrt.context import RuntimeContext
-from agentrt.errors import ToolArgumentsError, ToolRetry, ToolSuspended, UserError
+from agentrt.errors import ToolArgumentsError, ToolRetry, ToolSuspended, UsageLimitExceeded, UserError
 from agentrt.events import AgentEvent, RunFinished
 from agentrt.message import GenerateReason, Msg, TextBlock, TokenUsage, ToolResultBlock, new_id
 from agentrt.permission import ConfirmResult
@@ -179,6 +180,24 @@ def _input_spec(
 
 async def _run_child(agent: Delegate, messages: list[Msg], ctx: RuntimeContext) -> Msg:
     parent = current_run.get()
+    counted = parent.requests if parent is not None else 0
+    reply: Msg | None = None
+    try:
+        reply = await _child_reply(agent, messages, ctx, parent)
+    except UsageLimitExceeded as exc:
+        # The subagent stopped (its work saved in its session). The parent's model hears why; if the
+        # limit was the parent's own, the parent stops too, before its next model call.
+        raise ToolRetry(
+            f"The {agent.name!r} agent stopped: usage limit {exc.limit}={exc.limit_value:g} of agent "
+            f"{exc.agent!r} reached."
+        ) from exc
+    if parent is not None and reply.usage is not None and parent.requests == counted:
+        # A delegate that is not an agent run (its model calls were not counted as they happened).
+        parent.add_usage(reply.usage)
+    return reply
+
+
+async def _child_reply(agent: Delegate, messages: list[Msg], ctx: RuntimeContext, parent: Run | None) -> Msg:
     reply: Msg | None = None
     if parent is None or not parent.streaming:
         reply = _as_reply(await agent.call(messages, ctx), agent)
@@ -199,8 +218,6 @@ async def _run_child(agent: Delegate, messages: list[Msg], ctx: RuntimeContext) 
             reply = last.msg
     if reply is None:
         raise UserError(f"subagent {agent.name!r} ended without a reply")
-    if parent is not None and reply.usage is not None:
-        parent.add_usage(reply.usage)
     return reply
 
 

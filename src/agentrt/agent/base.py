@@ -12,6 +12,7 @@ from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
 from agentrt.agent import _scopes, _turns
 from agentrt.agent._run import Run, current_run
+from agentrt.agent.usage import UsageLimits, check_limits
 from agentrt.context import RuntimeContext
 from agentrt.errors import SessionBusyError, UserError
 from agentrt.message import Msg, as_messages, new_id
@@ -50,7 +51,16 @@ class AgentBase(abc.ABC):
     (FIFO); calls on different sessions run in parallel.
     """
 
-    __slots__ = ("__weakref__", "_running", "_store", "description", "lock_timeout", "name", "state_key")
+    __slots__ = (
+        "__weakref__",
+        "_running",
+        "_store",
+        "description",
+        "lock_timeout",
+        "name",
+        "state_key",
+        "usage_limits",
+    )
 
     def __init__(
         self,
@@ -60,6 +70,7 @@ class AgentBase(abc.ABC):
         state_store: AgentStateStore | None = None,
         lock_timeout: float | None = None,
         state_key: str | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise UserError(f"agent name must be a non-empty string, not {name!r}")
@@ -71,6 +82,8 @@ class AgentBase(abc.ABC):
         self.description = description
         self._store = state_store
         self.lock_timeout = lock_timeout
+        self.usage_limits = check_limits(usage_limits)
+        """The default `UsageLimits` of each call (a call's ``usage_limits=`` replaces it); None: none."""
         self._running: dict[tuple[str, str], Run] | None = None
 
     # -- configuration ----------------------------------------------------------------------------
@@ -89,27 +102,43 @@ class AgentBase(abc.ABC):
         return self._store is not None
 
     # -- the call -------------------------------------------------------------------------------------
-    async def call(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+    async def call(
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> Msg:
         """Run the agent on `input` in the session of `ctx` and return its reply.
 
         Without `ctx`, inside a `MsgHub` block the agent takes part in, the call runs in the hub's
         context, and the other participants hear the reply before this returns.
+
+        `usage_limits` (`agentrt.agent.usage.UsageLimits`) replaces the agent's default limits for
+        this call (``UsageLimits()`` lifts them); past one the call stops with `UsageLimitExceeded`,
+        its work saved in the session.
         """
-        run = self._new_run(input, ctx, None, output)
+        run = self._new_run(input, ctx, None, output, usage_limits)
         reply = await self._drive(run)
         if _scopes.SCOPES.get():
             await _scopes.announce(self, run.ctx, reply)
         return reply
 
     async def stream_events(
-        self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
     ) -> AsyncIterator[ev.AgentEvent]:
         """Run the agent and yield its events as they happen, ending with `RunFinished`.
 
         Closing the iterator early (or cancelling its consumer) stops the run, and its state is
-        checkpointed first.
+        checkpointed first. `usage_limits`: as for `call`.
         """
-        run = self._new_run(input, ctx, None, output)
+        run = self._new_run(input, ctx, None, output, usage_limits)
 
         async def produce(emit: Any) -> None:
             run.emit_fn = emit
@@ -128,6 +157,7 @@ class AgentBase(abc.ABC):
         on_event: Callable[[ev.AgentEvent], None],
         *,
         output: Any = None,
+        usage_limits: UsageLimits | None = None,
     ) -> Msg:
         """`stream_events` in push form: each event goes to `on_event` as it happens; returns the reply.
 
@@ -150,7 +180,7 @@ class AgentBase(abc.ABC):
                 if task is not None:
                     task.cancel()
 
-        run = self._new_run(input, ctx, deliver, output)
+        run = self._new_run(input, ctx, deliver, output, usage_limits)
         try:
             reply = await self._drive(run)
             if _scopes.SCOPES.get():
@@ -163,9 +193,16 @@ class AgentBase(abc.ABC):
             raise failed[0] from None
         return reply
 
-    def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+    def call_sync(
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> Msg:
         """`call` for scripts without an event loop."""
-        return run_sync(lambda: self.call(input, ctx, output=output), "agent")
+        return run_sync(lambda: self.call(input, ctx, output=output, usage_limits=usage_limits), "agent")
 
     async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
         """Add messages to the session's history without replying.
@@ -312,13 +349,20 @@ class AgentBase(abc.ABC):
             run = run.parent
         return None
 
-    def _new_run(self, input: AgentInput, ctx: RuntimeContext | None, emit: Any, output: Any) -> Run:
+    def _new_run(
+        self, input: AgentInput, ctx: RuntimeContext | None, emit: Any, output: Any, usage_limits: Any = None
+    ) -> Run:
         if ctx is not None and not isinstance(ctx, RuntimeContext):
             raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
+        limits = check_limits(usage_limits)
         messages = _as_input(input, None)
         if ctx is None:
             ctx = _scopes.scope_ctx(self) if _scopes.SCOPES.get() else None
-        return Run(self, ctx or RuntimeContext(), messages, self.state_store, new_id(), emit, output)
+        run = Run(self, ctx or RuntimeContext(), messages, self.state_store, new_id(), emit, output)
+        if limits is None:
+            limits = self.usage_limits
+        run.limits = None if limits is None or limits.empty else limits
+        return run
 
     async def _drive(self, run: Run) -> Msg:
         store = run.store
@@ -343,6 +387,7 @@ class AgentBase(abc.ABC):
                     run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                 raise
             finally:
+                run.ended = True
                 run.close_questions("ended", announce=False)  # a finished run leaves none behind
                 current_run.reset(run_token)
                 RuntimeContext._reset(token)

@@ -32,6 +32,7 @@ from agentrt.tool.toolkit import Toolkit
 
 if TYPE_CHECKING:
     from agentrt.agent.base import AgentInput
+    from agentrt.agent.usage import UsageLimits
     from agentrt.memory.compression import ContextCompressor, ContextConfig
     from agentrt.memory.long_term import LongTermMemory, MemoryItem
     from agentrt.memory.retrieval import KnowledgeMode, Retriever
@@ -109,6 +110,8 @@ class ReActAgent(AgentBase):
             k, filters)`` tool; ``"static"``: the top passages for the user's latest message go into the
             system prompt of each call; ``"both"``.
         knowledge_k: Passages put into the prompt in static mode (1 to 20, default 4).
+        usage_limits: The default `UsageLimits` of each call (requests, tokens, tool calls, cost); a
+            call's own ``usage_limits=`` replaces it. See `agentrt.agent.usage`.
 
     A group object and its flat keywords may be mixed only when they agree: a flat keyword left at
     its default defers to the object, one set to another value than the object's is a `UserError`.
@@ -179,9 +182,15 @@ class ReActAgent(AgentBase):
         knowledge: Retriever | None = None,
         knowledge_mode: KnowledgeMode = "tool",
         knowledge_k: int = 4,
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         super().__init__(
-            name, description=description, state_store=state_store, lock_timeout=lock_timeout, state_key=state_key
+            name,
+            description=description,
+            state_store=state_store,
+            lock_timeout=lock_timeout,
+            state_key=state_key,
+            usage_limits=usage_limits,
         )
         model = _checked_parts(name, model, toolkit, middlewares)
         loop = resolve_options(
@@ -345,19 +354,29 @@ class ReActAgent(AgentBase):
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
-    def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> Msg:
+    def call_sync(
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> Msg:
         """`call` for scripts without an event loop (waits for background memory extraction too)."""
         if not self.memory_extraction:
-            return super().call_sync(input, ctx, output=output)
+            return super().call_sync(input, ctx, output=output, usage_limits=usage_limits)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._call_and_drain(input, ctx, output))
-        return super().call_sync(input, ctx, output=output)  # raises the "inside a running loop" error
+            return asyncio.run(self._call_and_drain(input, ctx, output, usage_limits))
+        # raises the "inside a running loop" error
+        return super().call_sync(input, ctx, output=output, usage_limits=usage_limits)
 
-    async def _call_and_drain(self, input: AgentInput, ctx: RuntimeContext | None, output: Any) -> Msg:
+    async def _call_and_drain(
+        self, input: AgentInput, ctx: RuntimeContext | None, output: Any, usage_limits: UsageLimits | None
+    ) -> Msg:
         try:
-            return await self.call(input, ctx, output=output)
+            return await self.call(input, ctx, output=output, usage_limits=usage_limits)
         finally:
             await self.drain()
 

@@ -17,6 +17,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   (SKILL.md folders) of some folders; one skill's front matter and instructions.
 - ``agentrt knowledge add|search|list|delete ... --kb NAME [--db URL]``: knowledge bases (documents
   in, passages out), on ``AGENTRT_KNOWLEDGE_URL`` or ``~/.agentrt/knowledge.db`` by default.
+- ``agentrt eval DATASET --agent MODULE:ATTR [--repeat --concurrency --out --fail-under]`` /
+  ``agentrt eval compare A.json B.json``: evaluate an agent on a dataset; compare two runs.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -154,6 +156,9 @@ def build_app() -> "typer.Typer":
     from agentrt.cli.knowledge import build_knowledge_app
 
     app.add_typer(build_knowledge_app(), name="knowledge")
+    from agentrt.cli.eval import build_eval_command
+
+    app.command("eval")(build_eval_command())
     return app
 
 

@@ -467,12 +467,31 @@ class ChatRenderer:
             parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
         if self.usage is not None and self.usage.total_tokens:
             parts.append(f"{self.usage.input_tokens} in / {self.usage.output_tokens} out tokens")
+        cost = _reply_cost(reply)
+        if cost is not None:
+            parts.append(_dollars(cost))
         elapsed = time.perf_counter() - self._started
         parts.append(f"{elapsed * 1000:.0f} ms" if elapsed < 1 else f"{elapsed:.1f} s")
         reason = reply.generate_reason
         if reason not in (GenerateReason.STOP, GenerateReason.INTERRUPTED):
             parts.append(reason.value.replace("_", " "))
         self.note("  " + " · ".join(parts))
+
+
+def _reply_cost(reply: "Msg") -> float | None:
+    """The call's cost in US dollars from ``reply.metadata["usage"]`` (subagents included); None: unknown."""
+    usage = reply.metadata.get("usage") if reply.metadata else None
+    cost = usage.get("cost_usd") if isinstance(usage, dict) else None
+    return float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None
+
+
+def _dollars(value: float) -> str:
+    """A cost for the footer: cents for dollars, more digits for the fractions of a cent calls cost."""
+    if value >= 1:
+        return f"${value:,.2f}"
+    if value >= 0.0001 or value == 0:
+        return f"${value:.4f}"
+    return "<$0.0001"
 
 
 # --------------------------------------------------------------------------------------------------

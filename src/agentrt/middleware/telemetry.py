@@ -21,6 +21,7 @@ from agentrt import events as ev
 from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.middleware.base import Middleware
 from agentrt.model.base import GenerateOptions, ModelRequest
+from agentrt.model.pricing import cost_of
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
@@ -82,6 +83,15 @@ def _model_of(run: Run) -> tuple[str, str]:
     return str(getattr(model, "provider", "unknown")), str(getattr(model, "model_name", "unknown"))
 
 
+def _call_cost(run: Run, usage: TokenUsage) -> float | None:
+    """The cost in US dollars of one model call of the run's agent that spent `usage` (None: unknown)."""
+    try:
+        model = getattr(run.agent, "model", None)
+    except Exception:  # an unresolvable model id: the call itself reports it
+        return None
+    return cost_of(model, usage) if model is not None else None
+
+
 def _new_denials(run: Run, since: float) -> list[ToolResultBlock]:
     """Denied tool results this call added (denied calls never reach `on_acting`)."""
     found: list[ToolResultBlock] = []
@@ -106,10 +116,13 @@ class TracingMiddleware(Middleware):
 
     - ``invoke_agent {agent}`` around each call: ``gen_ai.operation.name``, ``gen_ai.agent.name``,
       ``gen_ai.conversation.id`` and ``session.id`` (the session), ``user.id``,
-      ``gen_ai.request.model``, ``gen_ai.provider.name``, summed ``gen_ai.usage.*`` tokens, and
-      ``agentrt.generate_reason`` / ``agentrt.steps`` / ``agentrt.reply_id``.
+      ``gen_ai.request.model``, ``gen_ai.provider.name``, summed ``gen_ai.usage.*`` tokens,
+      ``agentrt.requests``, ``agentrt.tool_calls`` and ``agentrt.cost_usd`` (subagents included; the
+      cost only when every model call had a known price), and ``agentrt.generate_reason`` /
+      ``agentrt.steps`` / ``agentrt.reply_id``.
     - ``chat {model}`` (kind CLIENT) around each model call: request model and options, token
-      usage, ``gen_ai.response.finish_reasons``, ``gen_ai.response.time_to_first_chunk``.
+      usage, ``agentrt.cost_usd`` (when the model's price is known, see `agentrt.model.pricing`),
+      ``gen_ai.response.finish_reasons``, ``gen_ai.response.time_to_first_chunk``.
     - ``execute_tool {tool}`` around each tool run: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
       ``gen_ai.tool.type``; a result that is not a success sets ``error.type`` to its state.
 
@@ -182,6 +195,10 @@ class TracingMiddleware(Middleware):
             if run.usage is not None:
                 span.set_attribute(t.GEN_AI_USAGE_INPUT_TOKENS, run.usage.input_tokens)
                 span.set_attribute(t.GEN_AI_USAGE_OUTPUT_TOKENS, run.usage.output_tokens)
+            span.set_attribute(t.AGENTRT_REQUESTS, run.requests)
+            span.set_attribute(t.AGENTRT_TOOL_CALLS, run.tool_calls)
+            if run.requests and not run.unpriced:
+                span.set_attribute(t.AGENTRT_COST_USD, run.cost_usd)
             if self.capture_content:
                 span.set_attribute(t.GEN_AI_OUTPUT_MESSAGES, t.messages_attribute([msg]))
             return msg
@@ -222,6 +239,9 @@ class TracingMiddleware(Middleware):
             usage = msg.usage
             if usage is not None:
                 self._set_usage(span, usage)
+                cost = _call_cost(run, usage)
+                if cost is not None:
+                    span.set_attribute(t.AGENTRT_COST_USD, cost)
             if self.capture_content:
                 span.set_attribute(
                     t.GEN_AI_OUTPUT_MESSAGES, t.messages_attribute([msg], finish_reason=str(finish or "stop"))
@@ -364,6 +384,9 @@ class MetricsMiddleware(Middleware):
                 m.tokens.labels(model, "input").inc(usage.input_tokens)
             if usage.output_tokens:
                 m.tokens.labels(model, "output").inc(usage.output_tokens)
+            cost = _call_cost(run, usage)
+            if cost is not None:
+                m.cost.labels(model).inc(cost)
         return msg
 
     async def on_acting(

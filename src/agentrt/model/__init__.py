@@ -1,6 +1,7 @@
 """Chat models: the protocol, the scripted model, the registry, resilience wrappers and (lazily) the providers."""
 
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ModelRequest, ToolCallChunk, ToolSchema
+from agentrt.model.pricing import ModelPrice
 from agentrt.model.registry import model_from_id, register_provider
 from agentrt.model.resilience import FallbackModel, RetryModel
 from agentrt.model.scripted import ScriptedModel
@@ -10,6 +11,7 @@ __all__ = [
     "ChatResponse",
     "FallbackModel",
     "GenerateOptions",
+    "ModelPrice",
     "ModelRequest",
     "RetryModel",
     "ScriptedModel",

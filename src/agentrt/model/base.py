@@ -5,10 +5,13 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentrt.message import Msg
 from agentrt.model.chunks import ChatResponse, ToolCallChunk
+
+if TYPE_CHECKING:
+    from agentrt.model.pricing import ModelPrice
 
 __all__ = [
     "ChatModel",
@@ -106,9 +109,13 @@ class ChatModel(abc.ABC):
     supports_structured_output: ClassVar[bool] = False
     supports_vision: ClassVar[bool] = False
     supports_thinking: ClassVar[bool] = False
+    price_provider: ClassVar[str | None] = None
+    """The provider's id in the genai-prices table (`agentrt.model.pricing`); None: not listed there."""
 
     model_name: str = "unknown"
     options: GenerateOptions = DEFAULT_OPTIONS
+    price: ModelPrice | None = None
+    """This model's own price (`agentrt.model.pricing.ModelPrice`), over the genai-prices table's."""
 
     @abc.abstractmethod
     def stream(

@@ -67,7 +67,8 @@ def model_from_id(
     `api_key` defaults to the provider's environment variable and `base_url` to the provider's
     endpoint (or its ``*_BASE_URL`` variable). Other keywords go to the adapter (generation
     options such as ``temperature=`` included), except ``max_retries``, ``timeout``,
-    ``idle_timeout`` and ``whole_timeout``, which configure the `RetryModel` around network models.
+    ``idle_timeout`` and ``whole_timeout``, which configure the `RetryModel` around network models,
+    and ``price`` (a `agentrt.model.pricing.ModelPrice`), the model's own price for cost accounting.
     """
     if not isinstance(model_id, str) or ":" not in model_id:
         raise UserError(
@@ -84,7 +85,15 @@ def model_from_id(
         )
     if not name:
         raise UserError(f"model id {model_id!r} names no model after the provider")
-    return factory(name, base_url=base_url, api_key=api_key, **options)
+    price = options.pop("price", None)
+    model = factory(name, base_url=base_url, api_key=api_key, **options)
+    if price is not None:
+        from agentrt.model.pricing import ModelPrice
+
+        if not isinstance(price, ModelPrice):
+            raise UserError(f"price must be an agentrt.model.pricing.ModelPrice, not {type(price).__name__!r}")
+        model.price = price
+    return model
 
 
 # --------------------------------------------------------------------------------------------------

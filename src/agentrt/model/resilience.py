@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentrt.errors import (
     AuthenticationError,
@@ -35,6 +35,9 @@ from agentrt.errors import (
 )
 from agentrt.message import Msg
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolSchema
+
+if TYPE_CHECKING:
+    from agentrt.model.pricing import ModelPrice
 
 __all__ = ["FallbackModel", "RetryModel", "is_retryable"]
 
@@ -129,6 +132,19 @@ class _Wrapper(ChatModel):
     @property
     def provider(self) -> str:  # type: ignore[override]
         return self._inner.provider
+
+    @property
+    def price_provider(self) -> str | None:  # type: ignore[override]
+        return self._inner.price_provider
+
+    @property
+    def price(self) -> ModelPrice | None:
+        own: ModelPrice | None = self.__dict__.get("_price")
+        return own if own is not None else self._inner.price
+
+    @price.setter
+    def price(self, price: ModelPrice | None) -> None:
+        self.__dict__["_price"] = price
 
     @property
     def supports_native_tools(self) -> bool:  # type: ignore[override]

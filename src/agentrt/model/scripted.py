@@ -22,6 +22,7 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ModelRequest, ToolCallChunk, ToolSchema
+from agentrt.model.pricing import ModelPrice
 
 __all__ = ["ScriptedModel", "Step"]
 
@@ -41,6 +42,10 @@ class ScriptedModel(ChatModel):
     e.g. parallel tool calls), a `Msg`, a `ChatResponse` or a list of them (raw chunks, streamed
     as given), an exception instance (raised by the call), or a callable taking the
     `ModelRequest` and returning one of those. Text is streamed word by word.
+
+    `usage` is reported after each reply. A scripted model has no cost unless it is given a
+    `price`, or its `name` names a model of the genai-prices table as ``"provider:model"``
+    (``ScriptedModel(name="openai:gpt-4o")`` costs what gpt-4o costs; see `agentrt.model.pricing`).
 
     ``requests`` records every request (unless ``record=False``, for long benchmarks);
     `assert_complete()` fails if steps remain. A call beyond the script raises
@@ -63,8 +68,10 @@ class ScriptedModel(ChatModel):
         usage: TokenUsage | None = None,
         repeat: bool = False,
         record: bool = True,
+        price: ModelPrice | None = None,
     ) -> None:
         self.model_name = name
+        self.price = price
         self._steps: list[Step] = list(steps)
         self._function: Callable[[ModelRequest], Any] | None = None
         self.latency = latency
@@ -85,9 +92,10 @@ class ScriptedModel(ChatModel):
         latency: float = 0.0,
         usage: TokenUsage | None = None,
         record: bool = True,
+        price: ModelPrice | None = None,
     ) -> ScriptedModel:
         """A model whose every reply is ``fn(request)`` (sync or async)."""
-        model = cls((), name=name, latency=latency, usage=usage, record=record)
+        model = cls((), name=name, latency=latency, usage=usage, record=record, price=price)
         model._function = fn
         return model
 

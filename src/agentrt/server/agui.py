@@ -571,6 +571,7 @@ class EventTranslator:
     """
 
     __slots__ = (
+        "_cost",
         "_done",
         "_external",
         "_interrupts",
@@ -592,6 +593,7 @@ class EventTranslator:
         self._interrupts: list[Interrupt] = []
         self._external: list[str] = []
         self._usage: dict[str, AgentrtUsage] = {}
+        self._cost: dict[str, float | None] = {}
         self._outcome: Any = None
         self._done = False
 
@@ -741,7 +743,7 @@ class EventTranslator:
 
     def _on_usage(self, event: ev.Usage, stream: _Stream, out: list[BaseEvent]) -> None:
         self._add_usage(event)
-        value = {"model": event.model, "source": event.source, **event.usage.to_dict()}
+        value = {"model": event.model, "source": event.source, **event.usage.to_dict(), "cost_usd": event.cost_usd}
         out.append(CustomEvent(name=CUSTOM_USAGE, value=value, subagent_run_id=stream.subagent))
 
     def _on_context_compressed(self, event: ev.ContextCompressed, stream: _Stream, out: list[BaseEvent]) -> None:
@@ -827,18 +829,24 @@ class EventTranslator:
     def _add_usage(self, event: ev.Usage) -> None:
         prev = self._usage.get(event.model)
         self._usage[event.model] = event.usage if prev is None else prev + event.usage
+        # A model's cost is known only while every call of it had a price (never a partial sum).
+        known = self._cost.get(event.model, 0.0) if prev is not None else 0.0
+        self._cost[event.model] = None if known is None or event.cost_usd is None else known + event.cost_usd
 
     def _usage_list(self) -> list[TokenUsage] | None:
         # agentrt counts like AG-UI: input tokens are the whole prompt, cache reads and writes included.
         return [
-            TokenUsage(
-                model=model or None,
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                total_tokens=u.total_tokens,
-                reasoning_tokens=u.reasoning_tokens,
-                cached_input_tokens=u.cache_read_tokens,
-                cache_write_input_tokens=u.cache_write_tokens,
+            _with_cost(
+                TokenUsage(
+                    model=model or None,
+                    input_tokens=u.input_tokens,
+                    output_tokens=u.output_tokens,
+                    total_tokens=u.total_tokens,
+                    reasoning_tokens=u.reasoning_tokens,
+                    cached_input_tokens=u.cache_read_tokens,
+                    cache_write_input_tokens=u.cache_write_tokens,
+                ),
+                self._cost.get(model),
             )
             for model, u in self._usage.items()
         ] or None
@@ -910,3 +918,10 @@ def _handler(cls: type[ev.AgentEvent]) -> _Handler | None:
 
 def _span(block_id: str) -> str:
     return f"reasoning-{block_id}"
+
+
+def _with_cost(usage: TokenUsage, cost: float | None) -> TokenUsage:
+    """`usage` with the extension field ``costUsd`` (US dollars; AG-UI's usage admits extra fields) when known."""
+    if cost is not None:
+        setattr(usage, "costUsd", cost)  # noqa: B010 - an extra field of a pydantic model
+    return usage

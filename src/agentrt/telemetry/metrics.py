@@ -16,6 +16,8 @@ name                                       type      labels
 ``agentrt_model_call_duration_seconds``    histogram ``model``, ``status`` (ok / error)
 ``agentrt_model_time_to_first_token_seconds`` histogram ``model`` (first text, thinking or tool-call chunk)
 ``agentrt_model_tokens_total``             counter   ``model``, ``type`` (input / output)
+``agentrt_cost_usd_total``                 counter   ``model`` (US dollars, model calls with a known
+                                                     price only: see `agentrt.model.pricing`)
 ``agentrt_tool_calls_total``               counter   ``tool``, ``status`` (success, error, denied,
                                                      interrupted)
 ``agentrt_tool_call_duration_seconds``     histogram ``tool``
@@ -105,6 +107,10 @@ class AgentMetrics:
         self.tokens = Counter(
             "model_tokens", "Tokens used by model calls.", ["model", "type"], namespace=ns, registry=registry
         )
+        self.cost = Counter(
+            "cost_usd", "Cost of model calls in US dollars (calls with a known price).", ["model"], namespace=ns,
+            registry=registry,
+        )  # fmt: skip
         self.tool_calls = Counter(
             "tool_calls", "Tool calls by tool and result state.", ["tool", "status"], namespace=ns, registry=registry
         )

@@ -51,6 +51,9 @@ __all__ = [
     "GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS",
     "GEN_AI_USAGE_INPUT_TOKENS",
     "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "AGENTRT_COST_USD",
+    "AGENTRT_REQUESTS",
+    "AGENTRT_TOOL_CALLS",
     "SESSION_ID",
     "TRACER_NAME",
     "USER_ID",
@@ -82,6 +85,10 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+# The GenAI conventions define no cost attribute (yet): ours, under the agentrt namespace.
+AGENTRT_COST_USD = "agentrt.cost_usd"
+AGENTRT_REQUESTS = "agentrt.requests"
+AGENTRT_TOOL_CALLS = "agentrt.tool_calls"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_TYPE = "gen_ai.tool.type"

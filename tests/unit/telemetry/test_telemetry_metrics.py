@@ -197,3 +197,16 @@ async def test_render_latest_is_the_prometheus_text_format(registry: CollectorRe
     text = body.decode()
     assert 'agentrt_runs_total{agent="calc",error_type="",outcome="stop"} 1.0' in text
     assert "# TYPE agentrt_model_time_to_first_token_seconds histogram" in text
+
+
+async def test_cost_is_counted_per_model_when_its_price_is_known(registry: CollectorRegistry) -> None:
+    usage = TokenUsage(input_tokens=1000, output_tokens=100)
+    priced = ScriptedModel([ToolUseBlock(name="add", input={"a": 1, "b": 2}), "3."], name="openai:gpt-4o", usage=usage)
+    await make_agent(priced, MetricsMiddleware(registry)).call("1+2?")
+    per_call = (1000 * 2.5 + 100 * 10) / 1_000_000  # gpt-4o in the genai-prices table
+    assert value(registry, "agentrt_cost_usd_total", model="scripted:openai:gpt-4o") == pytest.approx(2 * per_call)
+    assert value(registry, "agentrt_model_tokens_total", model="scripted:openai:gpt-4o", type="input") == 2000
+    unknown = ScriptedModel(["hi"], name="private", usage=usage)
+    await make_agent(unknown, MetricsMiddleware(registry)).call("hi")
+    assert registry.get_sample_value("agentrt_cost_usd_total", {"model": "scripted:private"}) is None
+    assert "agentrt_cost_usd_total" in render_latest(registry)[0].decode()

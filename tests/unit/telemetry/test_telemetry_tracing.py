@@ -222,3 +222,21 @@ async def test_an_interrupted_run_ends_its_spans_cleanly(
     assert dict(root.attributes or {})["agentrt.generate_reason"] == "interrupted"
     [chat] = by_name(spans, "chat ")
     assert dict(chat.attributes or {})["agentrt.cancelled"] is True
+
+
+async def test_cost_and_counts_are_span_attributes(provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
+    usage = TokenUsage(input_tokens=1000, output_tokens=100)
+    model = ScriptedModel([ToolUseBlock(name="add", input={"a": 1, "b": 2}), "3."], name="openai:gpt-4o", usage=usage)
+    await agent_with(model, provider).call("1+2?")
+    spans = exporter.get_finished_spans()
+    per_call = (1000 * 2.5 + 100 * 10) / 1_000_000
+    chats = by_name(spans, "chat")
+    assert [s.attributes["agentrt.cost_usd"] for s in chats if s.attributes] == [pytest.approx(per_call)] * 2
+    [run] = by_name(spans, "invoke_agent")
+    assert run.attributes is not None
+    assert run.attributes["agentrt.cost_usd"] == pytest.approx(2 * per_call)
+    assert (run.attributes["agentrt.requests"], run.attributes["agentrt.tool_calls"]) == (2, 1)
+    exporter.clear()
+    await agent_with(ScriptedModel(["hi"], name="private", usage=usage), provider).call("hi")
+    spans = exporter.get_finished_spans()
+    assert all(s.attributes is None or "agentrt.cost_usd" not in s.attributes for s in spans)

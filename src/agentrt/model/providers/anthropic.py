@@ -132,6 +132,7 @@ class AnthropicChatModel(ChatModel):
     """
 
     provider: ClassVar[str] = "anthropic"
+    price_provider: ClassVar[str | None] = "anthropic"
     supports_native_tools: ClassVar[bool] = True
     supports_vision: ClassVar[bool] = True
     supports_thinking: ClassVar[bool] = True

@@ -161,6 +161,7 @@ class GeminiChatModel(ChatModel):
     """
 
     provider: ClassVar[str] = "gemini"
+    price_provider: ClassVar[str | None] = "google"
     supports_native_tools: ClassVar[bool] = True
     supports_vision: ClassVar[bool] = True
     supports_thinking: ClassVar[bool] = True

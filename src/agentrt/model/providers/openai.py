@@ -127,6 +127,7 @@ class OpenAIChatModel(ChatModel):
     """
 
     provider: ClassVar[str] = "openai"
+    price_provider: ClassVar[str | None] = "openai"
     supports_native_tools: ClassVar[bool] = True
     supports_structured_output: ClassVar[bool] = True
     supports_vision: ClassVar[bool] = True
@@ -440,6 +441,7 @@ class DeepSeekChatModel(OpenAIChatModel):
     """DeepSeek (``DEEPSEEK_API_KEY``); reasoning is read from and sent back as ``reasoning_content``."""
 
     provider: ClassVar[str] = "deepseek"
+    price_provider: ClassVar[str | None] = "deepseek"
     supports_vision: ClassVar[bool] = False
     supports_thinking: ClassVar[bool] = True
     default_base_url: ClassVar[str] = "https://api.deepseek.com/v1"
@@ -452,6 +454,7 @@ class DashScopeChatModel(OpenAIChatModel):
     """Alibaba DashScope in OpenAI-compatible mode (``DASHSCOPE_API_KEY``): Qwen models."""
 
     provider: ClassVar[str] = "dashscope"
+    price_provider: ClassVar[str | None] = None  # not in the genai-prices table
     supports_thinking: ClassVar[bool] = True
     default_base_url: ClassVar[str] = "https://dashscope.aliyuncs.com/compatible-mode/v1"
     base_url_env: ClassVar[str | None] = "DASHSCOPE_BASE_URL"
@@ -462,6 +465,7 @@ class OpenRouterChatModel(OpenAIChatModel):
     """OpenRouter (``OPENROUTER_API_KEY``); model names look like ``anthropic/claude-sonnet-4``."""
 
     provider: ClassVar[str] = "openrouter"
+    price_provider: ClassVar[str | None] = "openrouter"
     supports_thinking: ClassVar[bool] = True
     default_base_url: ClassVar[str] = "https://openrouter.ai/api/v1"
     base_url_env: ClassVar[str | None] = "OPENROUTER_BASE_URL"
@@ -470,6 +474,7 @@ class OpenRouterChatModel(OpenAIChatModel):
 
 class _LocalServerModel(OpenAIChatModel):
     requires_api_key: ClassVar[bool] = False
+    price_provider: ClassVar[str | None] = None  # your own hardware: set `price` to count it
     supports_thinking: ClassVar[bool] = True
 
     def _normalise_env_url(self, url: str) -> str:

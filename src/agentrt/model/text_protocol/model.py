@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentrt.errors import UserError
 from agentrt.message import (
@@ -34,6 +34,9 @@ from agentrt.model.text_protocol._prompt import (
     _needs_conversion,
     render_tool_prompt,
 )
+
+if TYPE_CHECKING:
+    from agentrt.model.pricing import ModelPrice
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +255,19 @@ class TextProtocolModel(ChatModel):
         self._prompt_key: tuple[Any, ...] | None = None
         self._prompt_text = ""
         self._converted: dict[int, tuple[Msg, Msg]] = {}
+
+    @property
+    def price_provider(self) -> str | None:  # type: ignore[override]
+        return self.inner.price_provider
+
+    @property
+    def price(self) -> ModelPrice | None:
+        own: ModelPrice | None = self.__dict__.get("_price")
+        return own if own is not None else self.inner.price
+
+    @price.setter
+    def price(self, price: ModelPrice | None) -> None:
+        self.__dict__["_price"] = price
 
     # -- prompt ------------------------------------------------------------------------------------
     def _protocol_text(self, tools: Sequence[ToolSchema], options: GenerateOptions) -> str:

@@ -823,7 +823,8 @@ class Turn {
     this.source = source || app.agent || "assistant";
     this.blocks = new Map();
     this.stepEls = [];
-    this.usage = { input: 0, output: 0 };
+    // cost: US dollars of the calls with a known price; priced: every call so far had one (else no cost is shown).
+    this.usage = { input: 0, output: 0, cost: 0, calls: 0, priced: true };
     this.body = h("div", { class: "msg-body" });
     this.sources = h("nav", { class: "citations", "aria-label": "Sources", hidden: true });
     this.footer = h("footer", { class: "msg-footer muted" });
@@ -908,11 +909,27 @@ class Turn {
     return card;
   }
 
-  addUsage(usage) {
+  addUsage(usage, cost) {
     if (!usage) return;
     this.usage.input += usage.input_tokens || 0;
     this.usage.output += usage.output_tokens || 0;
+    this.usage.calls += 1;
+    if (typeof cost === "number" && Number.isFinite(cost)) this.usage.cost += cost;
+    else this.usage.priced = false;
     this.renderFooter();
+  }
+
+  /** The call's own account of what it spent (a reply's `metadata.usage`: subagents included) wins. */
+  setReportedUsage(usage) {
+    if (!usage || typeof usage !== "object") return;
+    const cost = usage.cost_usd;
+    if (typeof cost === "number" && Number.isFinite(cost)) {
+      this.usage.cost = cost;
+      this.usage.priced = true;
+      this.usage.calls = Math.max(this.usage.calls, 1);
+    } else if (usage.requests) {
+      this.usage.priced = false;
+    }
   }
 
   /** Show the knowledge passages the reply cites (its `metadata.citations`), numbered, under the message. */
@@ -929,6 +946,7 @@ class Turn {
     const label = REASON_LABELS[this.reason];
     if (label) parts.push(label);
     if (this.usage.input || this.usage.output) parts.push(`${this.usage.input} in · ${this.usage.output} out tokens`);
+    if (this.usage.calls && this.usage.priced) parts.push(formatCost(this.usage.cost));
     this.footer.textContent = parts.join(" · ");
   }
 
@@ -1156,7 +1174,7 @@ function onEvent(type, ev) {
       break;
     case "usage": {
       const turn = app.turns.get(turnKey(ev));
-      if (turn) turn.addUsage(ev.usage);
+      if (turn) turn.addUsage(ev.usage, ev.cost_usd);
       break;
     }
     case "context_compressed":
@@ -1181,6 +1199,13 @@ function onEvent(type, ev) {
   }
 }
 
+/** A cost in US dollars for a footer: cents from a dollar up, fractions of a cent below. */
+function formatCost(value) {
+  if (value >= 1) return `$${value.toFixed(2)}`;
+  if (value === 0 || value >= 0.0001) return `$${value.toFixed(4)}`;
+  return "<$0.0001";
+}
+
 function finishTurn(ev) {
   const msg = ev.msg || {};
   const reason = (msg.metadata && msg.metadata.generate_reason) || "stop";
@@ -1195,6 +1220,7 @@ function finishTurn(ev) {
   if (turn) {
     turn.settleThinking();
     turn.setCitations(msg.metadata && msg.metadata.citations);
+    turn.setReportedUsage(msg.metadata && msg.metadata.usage);
     turn.renderFooter(reason);
   }
   if (ownRun && app.run) app.run.finished = reason;
@@ -1502,6 +1528,7 @@ function renderHistory(state) {
       if (!turn) turn = new Turn(msg.name || app.agent);
       for (const block of msg.content) turn.addBlock(block);
       turn.addUsage(msg.usage);
+      turn.setReportedUsage(msg.metadata && msg.metadata.usage);
       turn.setCitations(msg.metadata && msg.metadata.citations);
       turn.renderFooter((msg.metadata && msg.metadata.generate_reason) || "stop");
     } else if (msg.role === "user") {

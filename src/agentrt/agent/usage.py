@@ -1,0 +1,275 @@
+"""Usage limits of a call, and what a call spent.
+
+``agent.call(..., usage_limits=UsageLimits(requests=5, cost_usd=0.10))`` (or a default for every
+call with ``ReActAgent(usage_limits=...)``; a per-call value replaces the agent's) stops the call
+with `agentrt.errors.UsageLimitExceeded` once it would go past a limit:
+
+- ``requests`` is checked before each model call: a call that would be one too many never starts;
+- ``input_tokens``, ``output_tokens``, ``total_tokens`` and ``cost_usd`` after each model call
+  (what a reply costs is known only once it is there), and before the next one;
+- ``tool_calls`` before each batch of tool calls the model asked for: a batch that would go past
+  the limit does not start (none of its calls runs).
+
+Counts are per call, across all its model and tool calls, and include what subagents spend inside
+it (an agent run as a tool, or any agent called from one of its tools): their model calls, tokens,
+cost and tool calls count against the limits of every call they run inside while that call runs,
+and each of them stops as soon as an enclosing call's limit is reached. A call run by a background
+task that outlives its parent counts against the parent only while the parent runs.
+
+The error comes after a checkpoint: the session holds the input and every completed step, a tool
+call that was not run gets an ``interrupted`` result saying why, and the next call on the session
+continues from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from agentrt.errors import InvalidTypeError, InvalidValueError, UsageLimitExceeded
+
+if TYPE_CHECKING:
+    from agentrt.agent._run import Run
+
+__all__ = ["RunUsage", "UsageLimits"]
+
+logger = logging.getLogger("agentrt.agent")
+
+_INT_LIMITS = ("requests", "input_tokens", "output_tokens", "total_tokens", "tool_calls")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageLimits:
+    """The most one call may spend; None: no limit on that count.
+
+    Args:
+        requests: Model calls (requests to the provider).
+        input_tokens: Prompt tokens, summed over the model calls (cached ones included).
+        output_tokens: Output tokens (reasoning included).
+        total_tokens: Input plus output tokens.
+        tool_calls: Tool calls run.
+        cost_usd: Cost in US dollars (see `agentrt.model.pricing`); needs a model with a known price.
+    """
+
+    requests: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    tool_calls: int | None = None
+    cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in _INT_LIMITS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidTypeError(f"UsageLimits.{name} must be an int or None, not {value!r}")
+            if value < 0:
+                raise InvalidValueError(f"UsageLimits.{name} must be >= 0, not {value!r}")
+        cost = self.cost_usd
+        if cost is not None:
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+                raise InvalidTypeError(f"UsageLimits.cost_usd must be a number or None, not {cost!r}")
+            if not math.isfinite(cost) or cost < 0:
+                raise InvalidValueError(f"UsageLimits.cost_usd must be a finite number >= 0, not {cost!r}")
+
+    @property
+    def empty(self) -> bool:
+        """Whether no limit is set."""
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunUsage:
+    """What one call spent: its model calls, their tokens and cost, and its tool calls (subagents included).
+
+    `cost_usd` is None when a model call of it had no known price (see `agentrt.model.pricing`):
+    a partial sum would understate it. Its JSON form (`to_dict`) is ``reply.metadata["usage"]``.
+    """
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    tool_calls: int = 0
+    cost_usd: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``total_tokens`` included)."""
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "tool_calls": self.tool_calls,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunUsage:
+        """Rebuild from `to_dict` output (missing counts are 0, a missing cost None)."""
+        cost = d.get("cost_usd")
+        return cls(
+            requests=int(d.get("requests", 0)),
+            input_tokens=int(d.get("input_tokens", 0)),
+            output_tokens=int(d.get("output_tokens", 0)),
+            cache_read_tokens=int(d.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(d.get("cache_write_tokens", 0)),
+            reasoning_tokens=int(d.get("reasoning_tokens", 0)),
+            tool_calls=int(d.get("tool_calls", 0)),
+            cost_usd=float(cost) if cost is not None else None,
+        )
+
+
+def check_limits(value: Any) -> UsageLimits | None:
+    """`value` as the limits of a call (None: none), or a typed error naming what to pass."""
+    if value is None or isinstance(value, UsageLimits):
+        return value
+    raise InvalidTypeError(f"usage_limits must be an agentrt.UsageLimits or None, not {type(value).__name__!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# accounting and checks on runs (the loop calls these)
+# --------------------------------------------------------------------------------------------------
+def snapshot(run: Run) -> RunUsage:
+    """What `run` has spent so far."""
+    tokens = run.usage
+    return RunUsage(
+        requests=run.requests,
+        input_tokens=tokens.input_tokens if tokens else 0,
+        output_tokens=tokens.output_tokens if tokens else 0,
+        cache_read_tokens=tokens.cache_read_tokens if tokens else 0,
+        cache_write_tokens=tokens.cache_write_tokens if tokens else 0,
+        reasoning_tokens=tokens.reasoning_tokens if tokens else 0,
+        tool_calls=run.tool_calls,
+        cost_usd=None if run.unpriced else run.cost_usd,
+    )
+
+
+def _accounts(run: Run) -> Iterator[Run]:
+    """`run` and each call it runs inside that is still running (a subagent's parents)."""
+    current: Run | None = run
+    while current is not None:
+        yield current
+        current = current.parent
+        if current is not None and current.ended:
+            return
+
+
+def record_request(run: Run) -> None:
+    """Count one model call about to be made."""
+    for account in _accounts(run):
+        account.requests += 1
+
+
+def record_spend(run: Run, cost: float | None) -> None:
+    """Count the cost of one model call (its tokens go through `Run.add_usage`)."""
+    for account in _accounts(run):
+        if cost is None:
+            account.unpriced += 1
+        else:
+            account.cost_usd += cost
+
+
+def record_tool_calls(run: Run, n: int) -> None:
+    """Count `n` tool calls about to run."""
+    for account in _accounts(run):
+        account.tool_calls += n
+
+
+def _exceeded(account: Run, limit: str, limit_value: float, used: float, what: str) -> UsageLimitExceeded:
+    agent = account.agent.name
+    return UsageLimitExceeded(
+        f"usage limit {limit}={limit_value:g} of agent {agent!r} reached: {what}; the call's work so far is "
+        "saved in the session, and a later call continues it",
+        limit=limit,
+        limit_value=limit_value,
+        used=used,
+        usage=snapshot(account),
+        agent=agent,
+    )
+
+
+def _spent_over(account: Run, limits: UsageLimits) -> UsageLimitExceeded | None:
+    """The first token, cost or tool-call limit `account` has gone past, if any."""
+    tokens = account.usage
+    if tokens is not None:
+        for name, used in (
+            ("input_tokens", tokens.input_tokens),
+            ("output_tokens", tokens.output_tokens),
+            ("total_tokens", tokens.total_tokens),
+        ):
+            limit = getattr(limits, name)
+            if limit is not None and used > limit:
+                return _exceeded(account, name, limit, used, f"{used} {name.replace('_', ' ')} spent")
+    cost_limit = limits.cost_usd
+    if cost_limit is not None:
+        if account.unpriced:
+            _warn_unpriced(account)
+        elif account.cost_usd > cost_limit:
+            return _exceeded(account, "cost_usd", cost_limit, account.cost_usd, f"${account.cost_usd:.6f} spent")
+    if limits.tool_calls is not None and account.tool_calls > limits.tool_calls:
+        used = account.tool_calls
+        return _exceeded(account, "tool_calls", limits.tool_calls, used, f"{used} tool calls run")
+    return None
+
+
+def _warn_unpriced(account: Run) -> None:
+    if not account.cost_warned:
+        account.cost_warned = True
+        logger.warning(
+            "agent %r: a model call of this call has no known price, so its cost_usd limit cannot be checked "
+            "(give the model a price: model.price = ModelPrice(...))",
+            account.agent.name,
+        )
+
+
+def check_before_request(run: Run) -> None:
+    """Raise `UsageLimitExceeded` if the next model call would go past a limit (or one is already past)."""
+    for account in _accounts(run):
+        limits = account.limits
+        if limits is None:
+            continue
+        if limits.requests is not None and account.requests + 1 > limits.requests:
+            would = account.requests + 1
+            raise _exceeded(account, "requests", limits.requests, would, f"model call {would} would go past it")
+        over = _spent_over(account, limits)
+        if over is not None:
+            raise over
+
+
+def check_after_request(run: Run) -> None:
+    """Raise `UsageLimitExceeded` if the tokens or cost spent so far went past a limit."""
+    for account in _accounts(run):
+        limits = account.limits
+        if limits is not None:
+            over = _spent_over(account, limits)
+            if over is not None:
+                raise over
+
+
+def check_tool_calls(run: Run, n: int) -> None:
+    """Raise `UsageLimitExceeded` if running `n` more tool calls would go past a limit."""
+    for account in _accounts(run):
+        limits = account.limits
+        if limits is None or limits.tool_calls is None:
+            continue
+        after = account.tool_calls + n
+        if after > limits.tool_calls:
+            raise _exceeded(
+                account, "tool_calls", limits.tool_calls, after, f"{n} more tool call(s) would make {after}"
+            )

@@ -1,0 +1,209 @@
+"""The runner: every case (and repetition) in its own session, scored, never stopping on a failure."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentrt.context import RuntimeContext
+from agentrt.errors import InvalidValueError
+from agentrt.evals._progress import Tracker
+from agentrt.evals.executor import Executor, LocalExecutor
+from agentrt.evals.report import CaseResult, EvalReport, ProgressUpdate
+from agentrt.evals.score import EvalContext, Evaluator, Score
+from agentrt.events import ModelCallFinished, RunFinished, ToolResult, Usage
+from agentrt.message import META_STRUCTURED, Msg, new_id
+
+if TYPE_CHECKING:
+    from agentrt.evals.case import Case
+    from agentrt.evals.dataset import Dataset
+
+__all__ = ["EVAL_USER", "evaluate", "usage_of"]
+
+EVAL_USER = "eval"
+"""The user id of every evaluation run (each run has its own session id)."""
+
+Caller = Callable[[Any, RuntimeContext, Callable[[Any], None]], Awaitable[Msg]]
+
+
+async def evaluate(
+    dataset: Dataset,
+    agent: Any,
+    *,
+    repeat: int = 1,
+    concurrency: int = 8,
+    usage_limits: Any = None,
+    timeout: float | None = None,
+    progress: bool | Callable[[ProgressUpdate], None] | None = None,
+    out: str | Path | None = None,
+    executor: Executor | None = None,
+) -> EvalReport:
+    """`Dataset.evaluate` (see there)."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise InvalidValueError(f"repeat must be an integer >= 1, not {repeat!r}")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise InvalidValueError(f"timeout must be a number of seconds > 0 or None, not {timeout!r}")
+    executor = executor if executor is not None else LocalExecutor(concurrency)
+    call = _caller(agent, usage_limits)
+    run_id = new_id()[:12]
+    jobs = [
+        _Job(case, dataset.evaluators_for(case), f"eval-{run_id}-{index}-{rep}", rep)
+        for index, case in enumerate(dataset.cases)
+        for rep in range(repeat)
+    ]
+
+    async def run(job: _Job) -> CaseResult:
+        return await run_case(job, call, timeout)
+
+    tracker = Tracker(len(jobs), progress, f"eval {dataset.name}")
+    started = time.time()
+    try:
+        results = await executor.map(run, jobs, tracker.update)
+    finally:
+        tracker.close()
+    report = EvalReport(
+        dataset=dataset.name,
+        agent=str(getattr(agent, "name", type(agent).__name__)),
+        results=list(results),
+        repeat=repeat,
+        started_at=started,
+        finished_at=time.time(),
+    )
+    if out is not None:
+        report.save(out)
+    return report
+
+
+class _Job:
+    __slots__ = ("case", "evaluators", "input_json", "repetition", "session_id")
+
+    def __init__(self, case: Case, evaluators: Sequence[Evaluator], session_id: str, repetition: int) -> None:
+        self.case = case
+        self.evaluators = evaluators
+        self.session_id = session_id
+        self.repetition = repetition
+        self.input_json = case.input if isinstance(case.input, str) else case.to_dict()["input"]
+
+
+def _caller(agent: Any, usage_limits: Any) -> Caller:
+    """How to call `agent` collecting its events: `run_with_events`, else `stream_events`, else `call`."""
+    extra: dict[str, Any] = {} if usage_limits is None else {"usage_limits": usage_limits}
+    if hasattr(agent, "run_with_events"):
+
+        async def with_events(input: Any, ctx: RuntimeContext, on_event: Callable[[Any], None]) -> Msg:
+            reply: Msg = await agent.run_with_events(input, ctx, on_event, **extra)
+            return reply
+
+        return with_events
+    if hasattr(agent, "stream_events"):
+
+        async def streaming(input: Any, ctx: RuntimeContext, on_event: Callable[[Any], None]) -> Msg:
+            reply: Msg | None = None
+            async for event in agent.stream_events(input, ctx, **extra):
+                on_event(event)
+                if isinstance(event, RunFinished):
+                    reply = event.msg
+            if reply is None:
+                raise RuntimeError("the agent's event stream ended without a RunFinished event")
+            return reply
+
+        return streaming
+    if hasattr(agent, "call"):
+
+        async def plain(input: Any, ctx: RuntimeContext, on_event: Callable[[Any], None]) -> Msg:
+            reply: Msg = await agent.call(input, ctx, **extra)
+            return reply
+
+        return plain
+    raise InvalidValueError(f"cannot evaluate {agent!r}: it has no run_with_events, stream_events or call method")
+
+
+async def run_case(job: _Job, call: Caller, timeout: float | None) -> CaseResult:
+    """Run one case once in its own session and score it; a failure is recorded, never raised."""
+    case = job.case
+    events: list[Any] = []
+    reply: Msg | None = None
+    error: Exception | None = None
+    ctx = RuntimeContext(EVAL_USER, job.session_id)
+    started = time.perf_counter()
+    try:
+        if timeout is None:
+            reply = await call(case.input, ctx, events.append)
+        else:
+            async with asyncio.timeout(timeout):
+                reply = await call(case.input, ctx, events.append)
+    except TimeoutError as exc:
+        error = exc if str(exc) else TimeoutError(f"the run took longer than {timeout:g} s")
+    except Exception as exc:  # one case's failure is its result, never the end of the evaluation
+        error = exc
+    latency = time.perf_counter() - started
+    usage = usage_of(reply, events)
+    result = CaseResult(
+        case=case.name,
+        repetition=job.repetition,
+        session_id=job.session_id,
+        input=job.input_json,
+        expected_output=case.expected_output,
+        output=reply.text if reply is not None else "",
+        structured=reply.metadata.get(META_STRUCTURED) if reply is not None else None,
+        latency=latency,
+        usage=usage,
+        events=events,
+        metadata=case.metadata,
+    )
+    if error is not None:
+        result.error, result.error_type = str(error), type(error).__name__
+        result.scores = [
+            Score(0.0, f"the run failed: {type(error).__name__}", e.name, e.threshold) for e in job.evaluators
+        ]
+        return result
+    context = EvalContext(
+        case=case, reply=reply, events=events, latency=latency, usage=usage, repetition=job.repetition
+    )
+    result.scores = [await _score(e, context) for e in job.evaluators]
+    return result
+
+
+async def _score(evaluator: Evaluator, ctx: EvalContext) -> Score:
+    try:
+        score = await evaluator.evaluate(ctx)
+    except Exception as exc:  # a broken evaluator fails its score, not the evaluation
+        return Score(0.0, f"the evaluator raised {type(exc).__name__}: {exc}", evaluator.name, evaluator.threshold)
+    if not isinstance(score, Score):
+        return Score(
+            0.0, f"the evaluator returned {type(score).__name__}, not a Score", evaluator.name, evaluator.threshold
+        )
+    return Score(score.value, score.reason, evaluator.name, evaluator.threshold)
+
+
+def usage_of(reply: Msg | None, events: Sequence[Any]) -> dict[str, Any] | None:
+    """The run's usage: ``reply.metadata["usage"]`` when the agent reports it, else counted from the reply and trace.
+
+    Keys: ``input_tokens``, ``output_tokens``, ``total_tokens``, ``requests``, ``tool_calls`` and
+    ``cost_usd`` (only from the agent's own report: never guessed). None when nothing is known.
+    """
+    reported = reply.metadata.get("usage") if reply is not None else None
+    requests = tool_calls = 0
+    summed = None
+    for event in events:
+        kind = type(event)
+        if kind is ModelCallFinished:
+            requests += 1
+        elif kind is ToolResult:
+            tool_calls += 1
+        elif kind is Usage and reply is None:
+            summed = event.usage if summed is None else summed + event.usage
+    tokens = reply.usage if reply is not None and reply.usage is not None else summed
+    usage: dict[str, Any] = {"requests": requests, "tool_calls": tool_calls}
+    if tokens is not None:
+        usage.update(
+            input_tokens=tokens.input_tokens, output_tokens=tokens.output_tokens, total_tokens=tokens.total_tokens
+        )
+    if isinstance(reported, Mapping):
+        usage.update({str(k): v for k, v in reported.items()})
+    if tokens is None and not isinstance(reported, Mapping) and not requests:
+        return None
+    return usage
