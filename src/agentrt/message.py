@@ -8,6 +8,7 @@ compare equal to list literals) and must be treated as read-only: build a new `M
 from __future__ import annotations
 
 import enum
+import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -266,15 +267,49 @@ def block_from_dict(d: Mapping[str, Any]) -> ContentBlock:
     raise InvalidValueError(f"unknown content block type {kind!r}")
 
 
+def token_count(value: object) -> int:
+    """`value` (a token count from a provider) as a non-negative int: what usage accounting may trust.
+
+    A provider, or whatever answers in its place, is not trusted to send sane counts: a negative
+    count would lower a call's running totals (and its cost) and reset its token limits, a NaN one
+    would make every limit comparison false. So: an int stays (a negative one becomes 0), a finite
+    float is truncated (a negative one becomes 0), anything else (NaN, infinities, bools, strings,
+    None) is 0.
+    """
+    if type(value) is int:  # the common case, first
+        return value if value >= 0 else 0
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return int(value) if value >= 0 else 0
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value > 0 else 0
+    return 0
+
+
+_TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenUsage:
-    """Token counts reported by a provider; `+` adds them up."""
+    """Token counts reported by a provider; `+` adds them up.
+
+    Every count is a non-negative int (see `token_count`): a negative one becomes 0, a float is
+    truncated, a NaN, infinity, bool or non-number is 0, so a hostile or broken provider cannot
+    lower a call's totals or switch its token limits off.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _TOKEN_FIELDS:
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                object.__setattr__(self, name, token_count(value))
 
     @property
     def total_tokens(self) -> int:

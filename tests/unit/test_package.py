@@ -210,6 +210,10 @@ PUBLIC_MODULES: dict[str, set[str]] = {
     },
     "agentrt.evals": {
         "ArgMatcher",
+        "BatchInputError",
+        "BatchProgress",
+        "BatchReport",
+        "BatchRow",
         "Callable",
         "Case",
         "CaseResult",
@@ -232,11 +236,15 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "MaxTokens",
         "ProgressUpdate",
         "PydanticModel",
+        "RayExecutor",
         "Regex",
+        "RemoteWork",
         "Score",
         "ToolTrajectory",
         "compare",
         "match_trajectory",
+        "read_rows",
+        "run_batch",
     },
 }
 

@@ -41,7 +41,7 @@ from agentrt.message import (
     ToolUseBlock,
 )
 from agentrt.model._accumulate import ReplyAccumulator
-from agentrt.model.base import GenerateOptions, ModelRequest, ToolSchema
+from agentrt.model.base import ChatModel, GenerateOptions, ModelRequest, ToolSchema
 from agentrt.model.pricing import cost_of, price_known
 from agentrt.tool._execution import ToolExecutor
 
@@ -701,12 +701,14 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
             raise _Interrupt
     msg = acc.message(name=agent.name)
     usage = acc.usage
-    cost = cost_of(model, usage)
+    # A wrapper choosing among models (FallbackModel) says which one served the reply: price that one.
+    served = acc.served_by if isinstance(acc.served_by, ChatModel) else model
+    cost = cost_of(served, usage)
     record_spend(run, cost)
     if usage is not None:
         run.add_usage(usage)
         if streaming:
-            run.event(ev.Usage, usage=usage, model=model.model_name, cost_usd=cost)
+            run.event(ev.Usage, usage=usage, model=served.model_name, cost_usd=cost)
     if streaming:
         run.event(ev.ModelCallFinished, step=run.step, msg=msg, finish_reason=acc.finish_reason)
     return msg

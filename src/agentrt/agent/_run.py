@@ -47,7 +47,6 @@ class Run:
         "agent",
         "agent_key",
         "cost_usd",
-        "cost_warned",
         "ctx",
         "emit_fn",
         "ended",
@@ -110,7 +109,6 @@ class Run:
         """The summed cost of the model calls with a known price (see `unpriced`)."""
         self.unpriced = 0
         """Model calls whose cost is unknown (then the call's cost is unknown too)."""
-        self.cost_warned = False
         self.limits: UsageLimits | None = None
         """The call's usage limits (`agentrt.agent.usage`), if any."""
         self.ended = False

@@ -16,6 +16,12 @@ cost and tool calls count against the limits of every call they run inside while
 and each of them stops as soon as an enclosing call's limit is reached. A call run by a background
 task that outlives its parent counts against the parent only while the parent runs.
 
+A ``cost_usd`` limit is kept, never switched off: the priced calls' cost (a lower bound) is always
+compared against it, a model with no known price is not called under it (a subagent's included),
+and a call whose cost turns out unknown (no usage reported, or an unpriced fallback model answered)
+stops the call right after it. Token counts are non-negative ints (`agentrt.message.TokenUsage`), and
+a negative or non-finite cost counts as unknown.
+
 The error comes after a checkpoint: the session holds the input and every completed step, a tool
 call that was not run gets an ``interrupted`` result saying why, and the next call on the session
 continues from there.
@@ -177,7 +183,17 @@ def record_request(run: Run) -> None:
 
 
 def record_spend(run: Run, cost: float | None) -> None:
-    """Count the cost of one model call (its tokens go through `Run.add_usage`)."""
+    """Count the cost of one model call (its tokens go through `Run.add_usage`).
+
+    None: the cost is unknown. A negative, NaN or infinite cost (or not a number at all) is never
+    added, as it would lower the running total or make every limit comparison false: it counts as
+    unknown too.
+    """
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0
+    ):
+        logger.warning("agent %r: a model call has an invalid cost (%r); counted as unknown", run.agent.name, cost)
+        cost = None
     for account in _accounts(run):
         if cost is None:
             account.unpriced += 1
@@ -214,32 +230,40 @@ def _spent_over(account: Run, limits: UsageLimits) -> UsageLimitExceeded | None:
             ("total_tokens", tokens.total_tokens),
         ):
             limit = getattr(limits, name)
-            if limit is not None and used > limit:
+            # not isfinite: a count no comparison can hold (TokenUsage makes them ints; defensive)
+            if limit is not None and (used > limit or not math.isfinite(used)):
                 return _exceeded(account, name, limit, used, f"{used} {name.replace('_', ' ')} spent")
     cost_limit = limits.cost_usd
     if cost_limit is not None:
+        spent = account.cost_usd  # the priced calls' cost: a lower bound when some call is unpriced
+        if spent > cost_limit or not math.isfinite(spent):
+            return _exceeded(account, "cost_usd", cost_limit, spent, f"${spent:.6f} spent")
         if account.unpriced:
-            _warn_unpriced(account)
-        elif account.cost_usd > cost_limit:
-            return _exceeded(account, "cost_usd", cost_limit, account.cost_usd, f"${account.cost_usd:.6f} spent")
+            # A call of unknown cost was made: the limit can no longer be shown to hold, so stop here
+            # rather than go on unchecked.
+            return _exceeded(
+                account,
+                "cost_usd",
+                cost_limit,
+                spent,
+                f"${spent:.6f} spent, plus {account.unpriced} model call(s) of unknown cost (no usage reported, "
+                "or a model with no known price), so the limit cannot be checked",
+            )
     if limits.tool_calls is not None and account.tool_calls > limits.tool_calls:
         used = account.tool_calls
         return _exceeded(account, "tool_calls", limits.tool_calls, used, f"{used} tool calls run")
     return None
 
 
-def _warn_unpriced(account: Run) -> None:
-    if not account.cost_warned:
-        account.cost_warned = True
-        logger.warning(
-            "agent %r: a model call of this call has no known price, so its cost_usd limit cannot be checked "
-            "(give the model a price: model.price = ModelPrice(...))",
-            account.agent.name,
-        )
-
-
 def check_before_request(run: Run) -> None:
-    """Raise `UsageLimitExceeded` if the next model call would go past a limit (or one is already past)."""
+    """Raise `UsageLimitExceeded` if the next model call would go past a limit (or one is already past).
+
+    Under a ``cost_usd`` limit (the call's own or an enclosing call's), a model with no known price
+    is not called at all: its cost could not be counted (a subagent on an unpriced model inside a
+    call with a cost limit stops before its first model call).
+    """
+    unpriced_model: str | None = None
+    checked_price = False
     for account in _accounts(run):
         limits = account.limits
         if limits is None:
@@ -250,6 +274,33 @@ def check_before_request(run: Run) -> None:
         over = _spent_over(account, limits)
         if over is not None:
             raise over
+        if limits.cost_usd is not None:
+            if not checked_price:
+                checked_price = True
+                unpriced_model = _unpriced_model(run)
+            if unpriced_model is not None:
+                raise _exceeded(
+                    account,
+                    "cost_usd",
+                    limits.cost_usd,
+                    account.cost_usd,
+                    f"model {unpriced_model!r} of agent {run.agent.name!r} has no known price, so its calls "
+                    "cannot be counted against the limit (give it one: model.price = ModelPrice(...))",
+                )
+
+
+def _unpriced_model(run: Run) -> str | None:
+    """The id of the model `run`'s agent calls when it has no known price; None when priced (or not a model)."""
+    from agentrt.model.base import ChatModel
+    from agentrt.model.pricing import price_known
+
+    try:
+        model = getattr(run.agent, "model", None)
+    except Exception:  # an unresolvable model id: the call itself reports it
+        return None
+    if not isinstance(model, ChatModel) or price_known(model):
+        return None
+    return str(getattr(model, "id", model))
 
 
 def check_after_request(run: Run) -> None:

@@ -19,6 +19,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   in, passages out), on ``AGENTRT_KNOWLEDGE_URL`` or ``~/.agentrt/knowledge.db`` by default.
 - ``agentrt eval DATASET --agent MODULE:ATTR [--repeat --concurrency --out --fail-under]`` /
   ``agentrt eval compare A.json B.json``: evaluate an agent on a dataset; compare two runs.
+- ``agentrt batch IN.jsonl --agent MODULE:ATTR --out OUT.jsonl [--ray [ADDRESS]]``: every row against
+  an agent; resumable.
 """
 
 # No `from __future__ import annotations` here: typer reads the command signatures at runtime, and
@@ -159,6 +161,9 @@ def build_app() -> "typer.Typer":
     from agentrt.cli.eval import build_eval_command
 
     app.command("eval")(build_eval_command())
+    from agentrt.cli.batch import build_batch_command
+
+    app.command("batch")(build_batch_command())
     return app
 
 
@@ -170,4 +175,8 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Entry point of the ``agentrt`` command."""
-    build_app()()
+    import sys
+
+    from agentrt.cli.eval import bare_ray
+
+    build_app()(args=bare_ray(sys.argv[1:]))

@@ -2,7 +2,6 @@
 
 # No `from __future__ import annotations`: typer reads these signatures at runtime.
 import asyncio
-import inspect
 from typing import TYPE_CHECKING, Annotated, Any
 
 if TYPE_CHECKING:
@@ -10,7 +9,10 @@ if TYPE_CHECKING:
 
     from agentrt.evals import EvalReport
 
-__all__ = ["build_eval_command", "load_agent"]
+__all__ = ["RAY_LOCAL", "bare_ray", "build_eval_command", "load_agent", "ray_executor", "ray_option"]
+
+RAY_LOCAL = "local"
+"""The value of a bare ``--ray`` (no ADDRESS): start a local Ray."""
 
 _USAGE = "agentrt eval DATASET --agent MODULE:ATTR [options] | agentrt eval compare A.json B.json"
 
@@ -26,29 +28,43 @@ def _fail(message: str, code: int) -> "typer.Exit":
 
 def load_agent(spec: str) -> Any:
     """The agent ``MODULE:ATTR`` names; a factory (a callable that is not an agent) is called, awaited if async."""
-    from agentrt._target import import_target
-    from agentrt.errors import UserError
+    from agentrt.evals._agent import load_agent as load
 
-    target = import_target(spec, example="myapp.agents:agent")
-    if not hasattr(target, "call") and callable(target) and _takes_no_arguments(target):
-        target = target()
-        if inspect.isawaitable(target):
-            target = asyncio.run(_await(target))
-    if not any(hasattr(target, m) for m in ("run_with_events", "stream_events", "call")):
-        raise UserError(f"{spec!r} is {type(target).__name__}, not an agent (or a factory of one)")
-    return target
+    return load(spec)
 
 
-def _takes_no_arguments(fn: Any) -> bool:
+def ray_option(what: str) -> Any:
+    """``--ray ADDRESS`` (`RAY_LOCAL`: a local Ray); `bare_ray` gives a bare ``--ray`` that value."""
+    import typer
+
+    return typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help=f"Run the {what} as Ray tasks: no ADDRESS (or 'local') starts a local Ray; 'auto', 'ray://head:10001'.",
+    )
+
+
+def bare_ray(args: list[str]) -> list[str]:
+    """`args` with a bare ``--ray`` (last, or before another option) given the value `RAY_LOCAL`."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(RAY_LOCAL)
+    return out
+
+
+def ray_executor(ray: str | None, concurrency: int) -> Any:
+    """The `RayExecutor` of ``--ray [ADDRESS]`` (None without --ray); exit 2 when Ray is not installed."""
+    if ray is None:
+        return None
     try:
-        inspect.signature(fn).bind()
-    except (TypeError, ValueError):
-        return False
-    return True
+        import ray as _ray  # noqa: F401
+    except ImportError:
+        raise _fail("--ray needs Ray: pip install 'agentrt[ray]'", 2) from None
+    from agentrt.evals import RayExecutor
 
-
-async def _await(value: Any) -> Any:
-    return await value
+    return RayExecutor(None if ray == RAY_LOCAL else ray, concurrency_per_worker=concurrency)
 
 
 def build_eval_command() -> Any:
@@ -70,7 +86,10 @@ def build_eval_command() -> Any:
             float | None, typer.Option(min=0.0, max=1.0, help="Exit 1 when the pass rate is below this (0..1).")
         ] = None,
         timeout: Annotated[float | None, typer.Option(help="Seconds before one run is stopped (an error).")] = None,
-        ray: Annotated[bool, typer.Option("--ray", help="Run on a Ray cluster [ADDRESS] (not available yet).")] = False,
+        ray: Annotated[
+            str | None,
+            ray_option("cases"),
+        ] = None,
         fail_on_regression: Annotated[
             bool, typer.Option("--fail-on-regression", help="compare: exit 1 when any case or score regressed.")
         ] = False,
@@ -82,16 +101,11 @@ def build_eval_command() -> Any:
         if args and args[0] == "compare":
             _compare(args[1:], fail_on_regression)
             return
-        if ray:
-            raise _fail(
-                "--ray is not available yet: evaluations run locally (drop --ray; see docs/evals.md, 'Not there yet')",
-                2,
-            )
         if len(args) != 1:
             raise _fail(f"expected one DATASET, got {len(args)} arguments ({_USAGE})", 2)
         if agent is None:
             raise _fail(f"--agent MODULE:ATTR is required ({_USAGE})", 2)
-        report = _evaluate(args[0], agent, repeat, concurrency, out, timeout, progress)
+        report = _evaluate(args[0], agent, repeat, concurrency, out, timeout, progress, ray)
         from rich.console import Console
 
         console = Console()
@@ -112,20 +126,34 @@ def _evaluate(
     out: str | None,
     timeout: float | None,
     progress: bool | None,
+    ray: str | None,
 ) -> "EvalReport":
     from agentrt.errors import AgentrtError
     from agentrt.evals import Dataset
 
+    executor = ray_executor(ray, concurrency)
     try:
         dataset = Dataset.from_file(dataset_path)
-        agent = load_agent(agent_spec)
+        # Through Ray the agent goes as its MODULE:ATTR, built on each worker.
+        agent = agent_spec if executor is not None else load_agent(agent_spec)
         return asyncio.run(
-            dataset.evaluate(agent, repeat=repeat, concurrency=concurrency, out=out, timeout=timeout, progress=progress)
+            dataset.evaluate(
+                agent,
+                repeat=repeat,
+                concurrency=concurrency,
+                out=out,
+                timeout=timeout,
+                progress=progress,
+                executor=executor,
+            )
         )
     except AgentrtError as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
     except OSError as exc:
         raise _fail(f"cannot write the report: {exc}", 2) from None
+    finally:
+        if executor is not None:
+            executor.shutdown()
 
 
 def _compare(paths: list[str], fail_on_regression: bool) -> None:

@@ -7,12 +7,16 @@
   `Callable`; anything following the `Evaluator` protocol.
 - `EvalReport`: summary, ``to_json``, ``to_html``, ``print_summary``; `compare(a, b)` lists regressions
   and improvements. The command line: ``agentrt eval DATASET --agent MODULE:ATTR``.
+- Batch runs: ``await run_batch(agent, rows, out="out.jsonl")`` (resumable, ordered output);
+  ``agentrt batch IN.jsonl --agent MODULE:ATTR --out OUT.jsonl``.
+- `RayExecutor` (the ``ray`` extra) runs cases and batch rows as Ray tasks (``--ray [ADDRESS]``).
 
 Nothing here is imported by ``import agentrt``.
 """
 
 from __future__ import annotations
 
+from agentrt.evals.batch import BatchInputError, BatchProgress, BatchReport, BatchRow, read_rows, run_batch
 from agentrt.evals.case import Case
 from agentrt.evals.compare import Change, Comparison, compare
 from agentrt.evals.dataset import Dataset
@@ -29,14 +33,19 @@ from agentrt.evals.evaluators import (
     Regex,
     ToolTrajectory,
 )
-from agentrt.evals.executor import Executor, LocalExecutor
+from agentrt.evals.executor import Executor, LocalExecutor, RemoteWork
 from agentrt.evals.judge import LLMJudge
+from agentrt.evals.ray_executor import RayExecutor
 from agentrt.evals.report import CaseResult, EvalReport, ProgressUpdate
 from agentrt.evals.score import EvalContext, Evaluator, Score
 from agentrt.evals.trajectory import ArgMatcher, ExpectedToolCall, match_trajectory
 
 __all__ = [
     "ArgMatcher",
+    "BatchInputError",
+    "BatchProgress",
+    "BatchReport",
+    "BatchRow",
     "Callable",
     "Case",
     "CaseResult",
@@ -59,9 +68,13 @@ __all__ = [
     "MaxTokens",
     "ProgressUpdate",
     "PydanticModel",
+    "RayExecutor",
     "Regex",
+    "RemoteWork",
     "Score",
     "ToolTrajectory",
     "compare",
     "match_trajectory",
+    "read_rows",
+    "run_batch",
 ]

@@ -102,9 +102,13 @@ class Dataset:
     ) -> EvalReport:
         """Run every case against `agent` (each repetition in its own session) and score it.
 
+        `agent` is an agent, or the ``"MODULE:ATTR"`` naming one (or a factory of one): an executor
+        that runs cases in other processes (`RayExecutor`) needs that form, to build the agent there.
+
         `concurrency` bounds the runs in flight (`executor` replaces the default `LocalExecutor`);
-        `timeout` (seconds) ends one run, recorded as its error. `usage_limits` is passed to each
-        call. `progress`: True shows a progress bar on stderr, a callable gets a `ProgressUpdate`
+        `timeout` (seconds) ends one run, recorded as its error; it also bounds each evaluator of
+        the run (one that takes longer scores 0, "the evaluator timed out"). `usage_limits` is
+        passed to each call. `progress`: True shows a progress bar on stderr, a callable gets a `ProgressUpdate`
         after each run, None shows the bar when stderr is a terminal. `out`: a directory that gets
         ``results.json`` and ``report.html``.
         """

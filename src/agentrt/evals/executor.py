@@ -1,18 +1,22 @@
 """Executors: how the runner maps "run one case" over its jobs.
 
 `LocalExecutor` runs them on this event loop with at most `concurrency` in flight. An executor for a
-cluster (Ray, planned) implements the same `map`; it gets the jobs and must hand results back in order.
+cluster (`agentrt.evals.ray_executor.RayExecutor`) implements the same `map`; it gets the jobs and must
+hand results back in order. The runner's job functions carry a `RemoteWork` (as their ``remote``
+attribute): the half of a job that can run in another process (picklable, JSON in and out, the agent
+rebuilt there from its ``MODULE:ATTR``) and the half that finishes it here (scoring).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentrt.errors import InvalidValueError
 
-__all__ = ["Executor", "LocalExecutor"]
+__all__ = ["Executor", "LocalExecutor", "RemoteWork"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -31,6 +35,21 @@ class Executor(Protocol):
         items: Sequence[Any],
         on_result: Callable[[Any], None] | None = None,
     ) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteWork:
+    """How a job splits for an executor that runs it in other processes.
+
+    ``run(payload(item))`` runs there (`run` is pickled: it holds a ``MODULE:ATTR`` string and plain
+    data, never a live agent; its optional ``async prepare()`` is awaited once per batch of items
+    before them, so a broken agent fails fast); ``finish(item, outcome)`` turns its JSON-ready outcome
+    into the job's result here.
+    """
+
+    run: Callable[[Any], Awaitable[Any]]
+    payload: Callable[[Any], Any]
+    finish: Callable[[Any, Any], Awaitable[Any]]
 
 
 class LocalExecutor:

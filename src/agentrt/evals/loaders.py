@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -162,13 +163,20 @@ def _load_yaml(text: str, path: str) -> tuple[list[tuple[Case, int]], dict[str, 
         import yaml
     except ImportError:
         raise DatasetError("YAML datasets need PyYAML: pip install 'agentrt[evals]'", path=path) from None
+    loader = _yaml_loader()(text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = loader.get_single_node()
+        if root is not None:
+            _refuse_alias_bombs(loader, root, path)
+            data = loader.construct_document(root)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise DatasetError(f"invalid YAML: {problem}", path=path, line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise DatasetError("the YAML is nested too deeply", path=path, line=_mark_line(loader.get_mark())) from None
+    finally:
+        loader.dispose()
     if root is None:
         raise DatasetError("the file holds no cases", path=path)
     options: dict[str, Any] = {}
@@ -185,6 +193,87 @@ def _load_yaml(text: str, path: str) -> tuple[list[tuple[Case, int]], dict[str, 
         except UserError as exc:
             raise DatasetError(str(exc), path=path, line=_field_line(node, exc) or line) from None
     return cases, options
+
+
+MAX_ALIAS_NODES = 100_000
+"""How many nodes YAML aliases may add to a dataset file (or as many as it writes out, if more)."""
+
+
+@functools.cache
+def _yaml_loader() -> Any:
+    """A `yaml.SafeLoader` that records every alias (its mark and target) and counts the nodes written out."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type hints
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.aliases: list[tuple[Any, Any]] = []
+            self.written = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                node = super().compose_node(parent, index)
+                self.aliases.append((mark, node))
+                return node
+            self.written += 1
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
+class _CycleError(Exception):
+    pass
+
+
+def _refuse_alias_bombs(loader: Any, root: Any, path: str) -> None:
+    """Refuse aliases that expand to more than `MAX_ALIAS_NODES` nodes ("billion laughs") or to a cycle.
+
+    Aliases share the loaded objects, so the bomb goes off later, where the cases are serialised
+    (``Case.to_dict``, results.json): what the aliases add is counted here, before anything is built.
+    """
+    import yaml
+
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def expanded(node: Any) -> int:
+        if isinstance(node, yaml.ScalarNode):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise _CycleError
+        active.add(key)
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(expanded(k) + expanded(v) for k, v in node.value)
+        else:
+            total = 1 + sum(expanded(child) for child in node.value)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    budget = max(MAX_ALIAS_NODES, loader.written)
+    added = 0
+    for mark, target in loader.aliases:
+        try:
+            added += expanded(target)
+        except _CycleError:
+            raise DatasetError(
+                "a YAML alias refers to a node that contains it (a recursive structure)",
+                path=path,
+                line=_mark_line(mark),
+            ) from None
+        if added > budget:
+            raise DatasetError(
+                f"YAML aliases expand to more than {budget:,} nodes (an alias bomb?)", path=path, line=_mark_line(mark)
+            )
+
+
+def _mark_line(mark: Any) -> int | None:
+    line = getattr(mark, "line", None)
+    return line + 1 if isinstance(line, int) else None
 
 
 def _yaml_options(data: Mapping[str, Any], root: Any, path: str) -> tuple[Any, Any, dict[str, Any]]:
@@ -254,13 +343,23 @@ _JSON_COLUMNS = ("expected_tools", "metadata", "evaluators")
 
 def _load_csv(text: str, path: str) -> list[tuple[Case, int]]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise DatasetError(f"invalid CSV: {exc}", path=path, line=reader.line_num or 1) from None
     for required in ("name", "input"):
         if required not in header:
             raise DatasetError(f"the CSV header has no {required!r} column (it has {header})", path=path, line=1)
     cases = []
     line = reader.line_num + 1
-    for row in reader:
+    rows = iter(reader)
+    while True:
+        try:
+            row = next(rows, None)
+        except csv.Error as exc:  # e.g. a field over csv.field_size_limit()
+            raise DatasetError(f"invalid CSV: {exc}", path=path, line=line) from None
+        if row is None:
+            break
         try:
             cases.append((case_from_mapping(_csv_row(row)), line))
         except UserError as exc:

@@ -92,6 +92,16 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CaseResult:
+        """A result from its `to_dict` form; KeyError, TypeError or ValueError when it is malformed."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"a result is a JSON object, not {type(d).__name__}")
+        for key, kind in (("scores", list), ("events", list), ("usage", Mapping), ("metadata", Mapping)):
+            if d.get(key) is not None and not isinstance(d[key], kind):
+                raise TypeError(
+                    f"{key!r} must be {'a list' if kind is list else 'an object'}, not {type(d[key]).__name__}"
+                )
+        if not all(isinstance(e, Mapping) for e in d.get("events") or ()):
+            raise TypeError("'events' must be a list of objects")
         return cls(
             case=str(d["case"]),
             repetition=int(d.get("repetition", 0)),
@@ -100,7 +110,7 @@ class CaseResult:
             expected_output=d.get("expected_output"),
             output=str(d.get("output") or ""),
             structured=d.get("structured"),
-            scores=[Score.from_dict(s) for s in d.get("scores") or []],
+            scores=[_score(s) for s in d.get("scores") or []],
             error=d.get("error"),
             error_type=d.get("error_type"),
             latency=float(d.get("latency") or 0.0),
@@ -108,6 +118,18 @@ class CaseResult:
             metadata=d.get("metadata") or {},
             events=list(d.get("events") or []),
         )
+
+
+def _score(d: Any) -> Score:
+    if not isinstance(d, Mapping):
+        raise TypeError(f"a score is a JSON object, not {type(d).__name__}")
+    return Score.from_dict(d)
+
+
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}" if exc.args else "a field is missing"
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,15 +268,30 @@ class EvalReport:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EvalReport:
+        """A report from its `to_dict` form; InvalidValueError (naming the result) when it is malformed."""
         if d.get("format") != FORMAT:
             raise InvalidValueError(f"not an agentrt eval report (format {d.get('format')!r}, expected {FORMAT!r})")
+        raw = d.get("results") or []
+        if not isinstance(raw, list):
+            raise InvalidValueError(f"malformed eval report: 'results' must be a list, not {type(raw).__name__}")
+        try:
+            repeat = int(d.get("repeat", 1))
+            started_at, finished_at = float(d.get("started_at", 0.0)), float(d.get("finished_at", 0.0))
+        except (TypeError, ValueError) as exc:
+            raise InvalidValueError(f"malformed eval report: {_problem(exc)}") from None
+        results = []
+        for index, item in enumerate(raw):
+            try:
+                results.append(CaseResult.from_dict(item))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise InvalidValueError(f"malformed eval report: result {index}: {_problem(exc)}") from None
         return cls(
             dataset=str(d.get("dataset", "")),
             agent=str(d.get("agent", "")),
-            repeat=int(d.get("repeat", 1)),
-            started_at=float(d.get("started_at", 0.0)),
-            finished_at=float(d.get("finished_at", 0.0)),
-            results=[CaseResult.from_dict(r) for r in d.get("results") or []],
+            results=results,
+            repeat=repeat,
+            started_at=started_at,
+            finished_at=finished_at,
         )
 
     @classmethod
@@ -266,7 +303,10 @@ class EvalReport:
             raise InvalidValueError(f"cannot read the eval report {str(path)!r}: {exc}") from None
         if not isinstance(data, Mapping):
             raise InvalidValueError(f"{str(path)!r} is not an agentrt eval report")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"{str(path)!r}: {exc}") from None
 
     # -- HTML, terminal, files --------------------------------------------------------------------
     def to_html(self, path: str | Path | None = None) -> str:

@@ -5,23 +5,35 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentrt import _json
 from agentrt.context import RuntimeContext
 from agentrt.errors import InvalidValueError
+from agentrt.evals._agent import agent_for, load_agent_async
 from agentrt.evals._progress import Tracker
-from agentrt.evals.executor import Executor, LocalExecutor
+from agentrt.evals.executor import Executor, LocalExecutor, RemoteWork
 from agentrt.evals.report import CaseResult, EvalReport, ProgressUpdate
 from agentrt.evals.score import EvalContext, Evaluator, Score
-from agentrt.events import ModelCallFinished, RunFinished, ToolResult, Usage
+from agentrt.events import ModelCallFinished, RunFinished, ToolResult, Usage, event_from_dict
 from agentrt.message import META_STRUCTURED, Msg, new_id
 
 if TYPE_CHECKING:
     from agentrt.evals.case import Case
     from agentrt.evals.dataset import Dataset
 
-__all__ = ["EVAL_USER", "evaluate", "usage_of"]
+__all__ = [
+    "EVAL_USER",
+    "RemoteAgentRun",
+    "caller",
+    "evaluate",
+    "execute",
+    "input_from_json",
+    "outcome_of",
+    "usage_of",
+]
 
 EVAL_USER = "eval"
 """The user id of every evaluation run (each run has its own session id)."""
@@ -47,7 +59,10 @@ async def evaluate(
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise InvalidValueError(f"timeout must be a number of seconds > 0 or None, not {timeout!r}")
     executor = executor if executor is not None else LocalExecutor(concurrency)
-    call = _caller(agent, usage_limits)
+    target = agent if isinstance(agent, str) else None
+    if target is not None:
+        agent = await load_agent_async(target)
+    work = _EvalWork(caller(agent, usage_limits), timeout, target, usage_limits)
     run_id = new_id()[:12]
     jobs = [
         _Job(case, dataset.evaluators_for(case), f"eval-{run_id}-{index}-{rep}", rep)
@@ -55,13 +70,10 @@ async def evaluate(
         for rep in range(repeat)
     ]
 
-    async def run(job: _Job) -> CaseResult:
-        return await run_case(job, call, timeout)
-
     tracker = Tracker(len(jobs), progress, f"eval {dataset.name}")
     started = time.time()
     try:
-        results = await executor.map(run, jobs, tracker.update)
+        results = await executor.map(work, jobs, tracker.update)
     finally:
         tracker.close()
     report = EvalReport(
@@ -88,7 +100,7 @@ class _Job:
         self.input_json = case.input if isinstance(case.input, str) else case.to_dict()["input"]
 
 
-def _caller(agent: Any, usage_limits: Any) -> Caller:
+def caller(agent: Any, usage_limits: Any) -> Caller:
     """How to call `agent` collecting its events: `run_with_events`, else `stream_events`, else `call`."""
     extra: dict[str, Any] = {} if usage_limits is None else {"usage_limits": usage_limits}
     if hasattr(agent, "run_with_events"):
@@ -121,25 +133,50 @@ def _caller(agent: Any, usage_limits: Any) -> Caller:
     raise InvalidValueError(f"cannot evaluate {agent!r}: it has no run_with_events, stream_events or call method")
 
 
-async def run_case(job: _Job, call: Caller, timeout: float | None) -> CaseResult:
-    """Run one case once in its own session and score it; a failure is recorded, never raised."""
-    case = job.case
+async def execute(
+    call: Caller, input: Any, ctx: RuntimeContext, timeout: float | None
+) -> tuple[Msg | None, list[Any], Exception | None, float]:
+    """One call of the agent in `ctx`: its reply (None on failure), events, error and latency; never raises."""
     events: list[Any] = []
     reply: Msg | None = None
     error: Exception | None = None
-    ctx = RuntimeContext(EVAL_USER, job.session_id)
     started = time.perf_counter()
     try:
         if timeout is None:
-            reply = await call(case.input, ctx, events.append)
+            reply = await call(input, ctx, events.append)
         else:
             async with asyncio.timeout(timeout):
-                reply = await call(case.input, ctx, events.append)
+                reply = await call(input, ctx, events.append)
     except TimeoutError as exc:
         error = exc if str(exc) else TimeoutError(f"the run took longer than {timeout:g} s")
     except Exception as exc:  # one case's failure is its result, never the end of the evaluation
         error = exc
-    latency = time.perf_counter() - started
+    return reply, events, error, time.perf_counter() - started
+
+
+async def run_case(job: _Job, call: Caller, timeout: float | None) -> CaseResult:
+    """Run one case once in its own session and score it; a failure is recorded, never raised."""
+    reply, events, error, latency = await execute(
+        call, job.case.input, RuntimeContext(EVAL_USER, job.session_id), timeout
+    )
+    failure = None if error is None else (str(error), type(error).__name__)
+    return await score_case(job, reply, events, failure, latency, timeout)
+
+
+async def score_case(
+    job: _Job,
+    reply: Msg | None,
+    events: list[Any],
+    failure: tuple[str, str] | None,
+    latency: float,
+    timeout: float | None = None,
+) -> CaseResult:
+    """The `CaseResult` of one run: its scores, or a zero for each evaluator when the run failed.
+
+    Each evaluator gets `timeout` seconds (the runner's per-run timeout; None: unbounded): one that
+    takes longer (an `LLMJudge` whose model never answers) scores 0, "the evaluator timed out".
+    """
+    case = job.case
     usage = usage_of(reply, events)
     result = CaseResult(
         case=case.name,
@@ -154,22 +191,114 @@ async def run_case(job: _Job, call: Caller, timeout: float | None) -> CaseResult
         events=events,
         metadata=case.metadata,
     )
-    if error is not None:
-        result.error, result.error_type = str(error), type(error).__name__
-        result.scores = [
-            Score(0.0, f"the run failed: {type(error).__name__}", e.name, e.threshold) for e in job.evaluators
-        ]
+    if failure is not None:
+        result.error, result.error_type = failure
+        result.scores = [Score(0.0, f"the run failed: {failure[1]}", e.name, e.threshold) for e in job.evaluators]
         return result
     context = EvalContext(
         case=case, reply=reply, events=events, latency=latency, usage=usage, repetition=job.repetition
     )
-    result.scores = [await _score(e, context) for e in job.evaluators]
+    result.scores = [await _score(e, context, timeout) for e in job.evaluators]
     return result
 
 
-async def _score(evaluator: Evaluator, ctx: EvalContext) -> Score:
+def input_from_json(value: Any) -> Any:
+    """A case's or row's input from its JSON form: text, a message, or a list of messages."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return Msg.from_dict(value)
+    return [Msg.from_dict(m) for m in value]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteAgentRun:
+    """Runs one input against the agent ``target`` names, built once in the process it runs in (a Ray worker).
+
+    Picklable: it holds the ``MODULE:ATTR`` string and plain data, never the agent. Its payload is
+    ``{"input": <JSON input>, "session_id": ...}``; it returns JSON: the reply and the events, or
+    (``full=False``, for batch rows) the reply's text and structured output only, with the error,
+    the usage and the latency.
+    """
+
+    target: str
+    usage_limits: Any = None
+    timeout: float | None = None
+    user: str = EVAL_USER
+    full: bool = True
+
+    async def prepare(self) -> None:
+        await agent_for(self.target)
+
+    async def __call__(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        call = caller(await agent_for(self.target), self.usage_limits)
+        ctx = RuntimeContext(self.user, str(payload["session_id"]))
+        reply, events, error, latency = await execute(call, input_from_json(payload["input"]), ctx, self.timeout)
+        return outcome_of(reply, events, error, latency, full=self.full)
+
+
+def outcome_of(
+    reply: Msg | None, events: Sequence[Any], error: Exception | None, latency: float, *, full: bool
+) -> dict[str, Any]:
+    """One run as JSON (`RemoteAgentRun`): the reply and events (`full`), else the text, structured output and usage."""
+    outcome: dict[str, Any] = {
+        "error": None if error is None else str(error),
+        "error_type": None if error is None else type(error).__name__,
+        "latency": latency,
+    }
+    if full:
+        outcome["reply"] = reply.to_dict() if reply is not None else None
+        outcome["events"] = [e.to_dict() for e in events]
+    else:
+        outcome["output"] = reply.text if reply is not None else ""
+        outcome["structured"] = _json.jsonable(reply.metadata.get(META_STRUCTURED)) if reply is not None else None
+        outcome["usage"] = _json.jsonable(usage_of(reply, events))
+    return outcome
+
+
+class _EvalWork:
+    """The runner's job function: run and score a case here, or split (`remote`) for another process."""
+
+    __slots__ = ("call", "remote", "timeout")
+
+    def __init__(self, call: Caller, timeout: float | None, target: str | None, usage_limits: Any) -> None:
+        self.call = call
+        self.timeout = timeout
+        self.remote = (
+            None
+            if target is None
+            else RemoteWork(RemoteAgentRun(target, usage_limits, timeout), self._payload, self._finish)
+        )
+
+    async def __call__(self, job: _Job) -> CaseResult:
+        return await run_case(job, self.call, self.timeout)
+
+    @staticmethod
+    def _payload(job: _Job) -> dict[str, Any]:
+        return {"input": job.input_json, "session_id": job.session_id}
+
+    async def _finish(self, job: _Job, outcome: Mapping[str, Any]) -> CaseResult:
+        reply = Msg.from_dict(outcome["reply"]) if outcome.get("reply") is not None else None
+        events = [event_from_dict(e) for e in outcome.get("events") or ()]
+        error = outcome.get("error")
+        failure = None if error is None else (str(error), str(outcome.get("error_type") or "Exception"))
+        return await score_case(job, reply, events, failure, float(outcome.get("latency") or 0.0), self.timeout)
+
+
+async def _score(evaluator: Evaluator, ctx: EvalContext, timeout: float | None = None) -> Score:
     try:
-        score = await evaluator.evaluate(ctx)
+        if timeout is None:
+            score = await evaluator.evaluate(ctx)
+        else:
+            async with asyncio.timeout(timeout):
+                score = await evaluator.evaluate(ctx)
+    except TimeoutError as exc:
+        reason = (
+            f"the evaluator timed out (after {timeout:g} s)"
+            if timeout is not None
+            else f"the evaluator raised TimeoutError: {exc}"
+        )
+        return Score(0.0, reason, evaluator.name, evaluator.threshold)
     except Exception as exc:  # a broken evaluator fails its score, not the evaluation
         return Score(0.0, f"the evaluator raised {type(exc).__name__}: {exc}", evaluator.name, evaluator.threshold)
     if not isinstance(score, Score):

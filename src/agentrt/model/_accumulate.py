@@ -91,6 +91,7 @@ class ReplyAccumulator:
         "blocks_extra",
         "chunks",
         "finish_reason",
+        "served_by",
         "usage",
     )
 
@@ -105,6 +106,8 @@ class ReplyAccumulator:
         self.blocks_extra: dict[int, ContentBlock] = {}
         self.usage: TokenUsage | None = None
         self.finish_reason: str | None = None
+        self.served_by: Any = None
+        """The model that produced the reply when a wrapper said so (`ChatResponse.served_by`), else None."""
         self.chunks = 0
 
     def reset(self) -> None:
@@ -117,6 +120,7 @@ class ReplyAccumulator:
         self.blocks_extra.clear()
         self.usage = None
         self.finish_reason = None
+        self.served_by = None
 
     def _new_block(self, kind: str) -> int:
         self._kinds.append(kind)
@@ -154,10 +158,16 @@ class ReplyAccumulator:
             self._add_call(call)
         for block in chunk.blocks:
             self._add_block(block)
+        self._add_ending(chunk)
+
+    def _add_ending(self, chunk: ChatResponse) -> None:
+        """What a chunk says about the whole reply: usage, finish reason, the model that served it."""
         if chunk.usage is not None:
             self.usage = chunk.usage if self.usage is None else _merge_usage(self.usage, chunk.usage)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
+        if chunk.served_by is not None and self.served_by is None:
+            self.served_by = chunk.served_by  # the innermost wrapper's says it first
 
     def _restart(self, reason: str) -> None:
         """The stream starts over: drop the reply so far and tell the listener why."""

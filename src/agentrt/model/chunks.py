@@ -50,3 +50,8 @@ class ChatResponse:
     restart: str | None = None
     """Set by wrappers (fallback, retry) when a stream died midway and the reply starts over:
     everything accumulated so far for this reply must be discarded. The value says why."""
+    served_by: Any = None
+    """The `ChatModel` that produced this reply, set by wrappers that pick among models (a
+    `FallbackModel` yields it in a chunk of its own once the reply is complete), so the reply is
+    priced as that model's and not the wrapper's. The first one of a reply counts (the innermost
+    wrapper's); None: the model streamed from."""

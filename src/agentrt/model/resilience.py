@@ -361,7 +361,9 @@ class FallbackModel(_Wrapper):
     with the earlier failures attached as notes.
 
     Identity (`provider`, `model_name`) is the primary's; a capability is claimed only when every
-    model has it (thinking: when any has it).
+    model has it (thinking: when any has it). Once a reply is complete, a last
+    ``ChatResponse(served_by=model)`` says which model produced it, so the agent prices the reply
+    as that model's (a fallback's reply is not billed at the primary's price).
     """
 
     def __init__(
@@ -415,11 +417,16 @@ class FallbackModel(_Wrapper):
         for i, model in enumerate(models):
             inner = model.stream(messages, tools, options)
             yielded = False
+            marked = False  # a wrapper inside `model` already said which model served the reply
             restart: str | None = None
             try:
                 async for chunk in inner:
                     yielded = True
+                    if chunk.served_by is not None:
+                        marked = True
                     yield chunk
+                if not marked:
+                    yield ChatResponse(served_by=model)
                 return
             except self.fallback_on as exc:
                 role = "primary" if i == 0 else "fallback"

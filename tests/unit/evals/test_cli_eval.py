@@ -94,8 +94,6 @@ def test_usage_errors_exit_2(project: tuple[Path, str, str]) -> None:
         (("eval", "broken.jsonl", "--agent", f"{good}:agent"), "broken.jsonl:2: invalid JSON"),
         (("eval", "capitals.yaml", "--agent", "no_such_module_xyz:agent"), "cannot import module"),
         (("eval", "capitals.yaml", "--agent", f"{good}:answer"), "not an agent"),
-        (("eval", "capitals.yaml", "--agent", f"{good}:agent", "--ray"), "--ray is not available yet"),
-        (("eval", "capitals.yaml", "--agent", f"{good}:agent", "--ray", "10.0.0.1:6379"), "--ray is not available yet"),
         (("eval", "compare", "only-one.json"), "compare takes two results.json files"),
         (("eval", "compare", "capitals.yaml", "capitals.yaml"), "cannot read the eval report"),
     ]

@@ -32,6 +32,7 @@ from agentrt.message import (
     ToolResultBlock,
     ToolUseBlock,
     VideoBlock,
+    token_count,
 )
 from agentrt.model._accumulate import META_RAW_ARGUMENTS
 from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
@@ -451,20 +452,23 @@ def _tool_call(block: ToolUseBlock) -> dict[str, Any]:
 # responses
 # --------------------------------------------------------------------------------------------------
 def parse_usage(usage: Mapping[str, Any]) -> TokenUsage:
-    """Chat Completions ``usage`` (with cached and reasoning token details) as `TokenUsage`."""
+    """Chat Completions ``usage`` (with cached and reasoning token details) as `TokenUsage`.
+
+    Counts from the wire are untrusted: each becomes a non-negative int (`token_count`).
+    """
     cached = 0
     details = usage.get("prompt_tokens_details")
-    if details:
-        cached = details.get("cached_tokens") or 0
+    if isinstance(details, Mapping):
+        cached = token_count(details.get("cached_tokens"))
     if not cached:
-        cached = usage.get("prompt_cache_hit_tokens") or 0  # DeepSeek
+        cached = token_count(usage.get("prompt_cache_hit_tokens"))  # DeepSeek
     reasoning = 0
     details = usage.get("completion_tokens_details")
-    if details:
-        reasoning = details.get("reasoning_tokens") or 0
+    if isinstance(details, Mapping):
+        reasoning = token_count(details.get("reasoning_tokens"))
     return TokenUsage(
-        input_tokens=usage.get("prompt_tokens") or 0,
-        output_tokens=usage.get("completion_tokens") or 0,
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=token_count(usage.get("completion_tokens")),
         cache_read_tokens=cached,
         reasoning_tokens=reasoning,
     )

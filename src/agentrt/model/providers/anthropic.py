@@ -42,6 +42,7 @@ from agentrt.message import (
     ToolResultBlock,
     ToolUseBlock,
     VideoBlock,
+    token_count,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
 from agentrt.model.providers._errors import classify_api_error
@@ -350,25 +351,28 @@ class _EventReader:
 
     def _message_start(self, event: Any) -> None:
         usage = event.message.usage
-        self.input_tokens = usage.input_tokens or 0
+        # Counts from the wire are untrusted: each becomes a non-negative int (`token_count`).
+        self.input_tokens = token_count(usage.input_tokens)
         # getattr: fields older SDK versions do not declare.
-        self.cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
-        self.cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+        self.cache_read = token_count(getattr(usage, "cache_read_input_tokens", None))
+        self.cache_write = token_count(getattr(usage, "cache_creation_input_tokens", None))
 
     def _message_delta(self, event: Any) -> ChatResponse:
         du = event.usage
         # Cumulative counts; newer API versions repeat the input side here.
-        input_tokens = self.input_tokens = max(self.input_tokens, getattr(du, "input_tokens", None) or 0)
-        cache_read = self.cache_read = max(self.cache_read, getattr(du, "cache_read_input_tokens", None) or 0)
-        cache_write = self.cache_write = max(self.cache_write, getattr(du, "cache_creation_input_tokens", None) or 0)
+        input_tokens = self.input_tokens = max(self.input_tokens, token_count(getattr(du, "input_tokens", None)))
+        cache_read = self.cache_read = max(self.cache_read, token_count(getattr(du, "cache_read_input_tokens", None)))
+        cache_write = self.cache_write = max(
+            self.cache_write, token_count(getattr(du, "cache_creation_input_tokens", None))
+        )
         details = getattr(du, "output_tokens_details", None)
-        reasoning = getattr(details, "thinking_tokens", None) or 0
+        reasoning = token_count(getattr(details, "thinking_tokens", None))
         stop_reason = event.delta.stop_reason
         return ChatResponse(
             usage=TokenUsage(
                 # The API counts cached prompt tokens apart; agentrt's input_tokens is the whole prompt.
                 input_tokens=input_tokens + cache_read + cache_write,
-                output_tokens=du.output_tokens or 0,
+                output_tokens=token_count(du.output_tokens),
                 cache_read_tokens=cache_read,
                 cache_write_tokens=cache_write,
                 reasoning_tokens=reasoning,

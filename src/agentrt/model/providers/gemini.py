@@ -55,6 +55,7 @@ from agentrt.message import (
     ToolUseBlock,
     VideoBlock,
     _new_call_id,
+    token_count,
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
@@ -460,12 +461,13 @@ class _ReplyState:
 
 
 def _usage(meta: types.GenerateContentResponseUsageMetadata) -> TokenUsage:
-    thoughts = meta.thoughts_token_count or 0
+    # Counts from the wire are untrusted: each becomes a non-negative int (`token_count`) before any sum.
+    thoughts = token_count(meta.thoughts_token_count)
     return TokenUsage(
-        input_tokens=(meta.prompt_token_count or 0) + (meta.tool_use_prompt_token_count or 0),
+        input_tokens=token_count(meta.prompt_token_count) + token_count(meta.tool_use_prompt_token_count),
         # Gemini counts thinking apart from the candidates; agentrt's output_tokens include it.
-        output_tokens=(meta.candidates_token_count or 0) + thoughts,
-        cache_read_tokens=meta.cached_content_token_count or 0,
+        output_tokens=token_count(meta.candidates_token_count) + thoughts,
+        cache_read_tokens=token_count(meta.cached_content_token_count),
         reasoning_tokens=thoughts,
     )
 
