@@ -80,12 +80,13 @@ class _TableEntry:
     def __init__(self, info: Any, provider: Any) -> None:
         self.info = info
         self.provider = provider
-        self.found_at = 0.0
+        self.found_at: float | None = None
         self.flat: ModelPrice | None = None
 
     def cost(self, usage: TokenUsage) -> float:
         now = time.monotonic()
-        if now - self.found_at > _REFRESH:
+        # Not ``now - 0.0 > _REFRESH``: the monotonic clock may start near zero (an hour after boot).
+        if self.found_at is None or now - self.found_at > _REFRESH:
             self.found_at = now
             self.flat = _flat(self.info)
         if self.flat is not None:

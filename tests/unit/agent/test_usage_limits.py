@@ -270,6 +270,25 @@ def test_tiered_table_prices_are_computed_by_the_table() -> None:
     assert cost is not None and cost > 0
 
 
+@pytest.mark.parametrize("clock", [5.0, 3599.0, 1e7])
+def test_a_flat_table_price_is_computed_without_the_table_calculator(
+    monkeypatch: pytest.MonkeyPatch, clock: float
+) -> None:
+    # The table's calculator costs ~0.25 ms a call; a flat price must skip it whatever the monotonic
+    # clock reads (it starts near zero after boot: an hour of uptime once hid the fast path).
+    monkeypatch.setattr(pricing, "_table", {})
+    monkeypatch.setattr(pricing.time, "monotonic", lambda: clock)
+    model = ScriptedModel(name="openai:gpt-4o")
+    entry = pricing._entry(("openai", "gpt-4o"))
+    assert entry is not None
+    calls: list[object] = []
+    real = entry.info.calc_price
+    monkeypatch.setattr(entry.info, "calc_price", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for _ in range(3):
+        assert pricing.cost_of(model, USAGE) == pytest.approx(GPT4O_CALL)
+    assert calls == []
+
+
 def test_wrappers_price_as_the_model_they_wrap() -> None:
     from agentrt.model import FallbackModel, RetryModel
     from agentrt.model.text_protocol import ensure_tool_calling
