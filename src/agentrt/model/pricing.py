@@ -166,6 +166,7 @@ def _entry(key: tuple[str, str]) -> _TableEntry | None:
         if not _missing_package_logged:
             _missing_package_logged = True
             logger.info("genai-prices is not installed (pip install 'agentrt[cost]'): model calls have no cost")
+        _table[key] = None  # a failed import walks sys.path: not once per model call
         return None
     provider, name = key
     try:

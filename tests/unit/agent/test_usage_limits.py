@@ -251,6 +251,27 @@ def test_without_genai_prices_the_cost_is_unknown(monkeypatch: pytest.MonkeyPatc
     assert pricing.cost_of(model, USAGE) == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
 
 
+def test_a_missing_genai_prices_is_looked_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failed import walks sys.path (~35 us): once per process, not once per model call.
+    attempts: list[str] = []
+
+    class Absent:
+        @staticmethod
+        def find_spec(name: str, path: object = None, target: object = None) -> None:
+            if name == "genai_prices":
+                attempts.append(name)
+                raise ImportError("no genai_prices here")
+
+    monkeypatch.delitem(sys.modules, "genai_prices", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Absent(), *sys.meta_path])
+    monkeypatch.setattr(pricing, "_table", {})
+    model = ScriptedModel(name="openai:gpt-4o")
+    for _ in range(5):
+        assert pricing.cost_of(model, USAGE) is None
+    assert not pricing.price_known(model)
+    assert attempts == ["genai_prices"]
+
+
 def test_a_model_price_overrides_the_table_and_bills_cache_rates() -> None:
     price = ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
     usage = TokenUsage(input_tokens=1000, output_tokens=100, cache_read_tokens=500, cache_write_tokens=100)
