@@ -161,6 +161,15 @@ def conversation_figure(data: dict[str, Any]) -> Any:
             label += " (no cache: its sessions already are objects)"
         cached_ax.plot(lengths, [v["cached_cpu_ms"] for v in values], marker=marker, color=colour, label=label)
         first_ax.plot(lengths, [v["uncached_cpu_ms"] for v in values], marker=marker, color=colour, label=label)
+        if values and "summarised_cpu_ms" in values[0]:
+            first_ax.plot(
+                lengths,
+                [v["summarised_cpu_ms"] for v in values],
+                marker=marker,
+                color=colour,
+                linestyle="--",
+                label=f"{label}, summarised",
+            )
     xticks = _decades(lengths_seen or {10, 10_000})
     _axes(
         cached_ax,
@@ -178,8 +187,9 @@ def conversation_figure(data: dict[str, Any]) -> Any:
         "agentrt: CPU per agent call against conversation length, by state store",
         "benchmarks/state.py --per-call: a ReActAgent whose scripted model answers at once, on a session holding N "
         "messages; CPU is the process's user + sys time (all its threads, not the Redis or PostgreSQL server's); "
-        "median over the calls. Right: the session cache disabled, so each call loads the whole transcript, as the "
-        "first call of a session in a process does.",
+        "median over the calls. Right: the session cache disabled, so each call loads the session as the first call "
+        "of a session in a process does: the whole transcript (solid), or, when a summary covers all but the last 20 "
+        "messages, only those (dashed).",
     )
     return fig
 

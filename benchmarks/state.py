@@ -19,7 +19,11 @@ Redis or PostgreSQL server's), in two modes:
   * cached: the store as configured by default, with its session cache (the in-memory store has
     none: its sessions already are objects);
   * uncached: ``store.session_cache.max_bytes = 0``, so every call loads the whole transcript, as
-    the first call of a session in a process does (and every call did before the cache).
+    the first call of a session in a process does (and every call did before the cache);
+  * summarised: uncached too, on a session whose summary covers all but its last 20 messages (as
+    context compression leaves it): a first load reads only those (`load_context`), so this line
+    stays flat where the uncached one grows. Below 84 messages the summary covers fewer than
+    `CONTEXT_MIN_MESSAGES` and the whole session is read.
 Prints a table and writes benchmarks/results/state-per-call.json (``make bench`` runs this mode).
 
 `--quick` (fewer lengths and iterations) writes state-quick.json / state-per-call-quick.json
@@ -162,8 +166,8 @@ async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: i
         agent = ReActAgent("bench", model=ScriptedModel(["ok"], repeat=True), state_store=store)
         for length in lengths:
             row: dict[str, float] = {}
-            for mode in ("cached", "uncached"):
-                store.session_cache.max_bytes = 0 if mode == "uncached" else default_budget
+            for mode in ("cached", "uncached", "summarised"):
+                store.session_cache.max_bytes = default_budget if mode == "cached" else 0
                 store.session_cache.clear()
                 session = f"call-{length}-{mode}-{uuid.uuid4().hex[:6]}"
                 revision = 0
@@ -171,6 +175,11 @@ async def bench_per_call(name: str, url: str, lengths: tuple[int, ...], calls: i
                 for start in range(0, len(batch), 500):
                     revision = await store.append(
                         "bench", session, batch[start : start + 500], expected_revision=revision, agent="bench"
+                    )
+                if mode == "summarised":
+                    fields = {"summary": "what was said before", "summary_index": max(len(batch) - 20, 0)}
+                    revision = await store.append(
+                        "bench", session, [], fields=fields, expected_revision=revision, agent="bench"
                     )
                 await agent.call("warm up", RuntimeContext("bench", session))  # the first load fills the cache
                 samples, cpu = [], []
@@ -193,8 +202,14 @@ def per_call_table(rows: list[dict[str, Any]], lengths: tuple[int, ...]) -> str:
     head = ["backend", "cache", "measure"] + [f"{n:,}" for n in lengths] + [f"{lengths[-1]:,} / {lengths[0]:,}"]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for r in rows:
-        labels = {"uncached": "off (first load)", "cached": "on" if r.get("session_cache_bytes") else "(none)"}
-        for mode in ("uncached", "cached"):
+        labels = {
+            "uncached": "off (first load)",
+            "summarised": "off, summarised",
+            "cached": "on" if r.get("session_cache_bytes") else "(none)",
+        }
+        for mode in ("uncached", "summarised", "cached"):
+            if f"{mode}_ms" not in r["lengths"][lengths[0]]:
+                continue
             for suffix, what in (("ms", "wall"), ("cpu_ms", "CPU")):
                 ms = [r["lengths"][n][f"{mode}_{suffix}"] for n in lengths]
                 cells = [r["backend"], labels[mode], what]

@@ -223,8 +223,12 @@ class Run:
         """Whether changes wait for a checkpoint."""
         return bool(self._unsaved or self._dirty)
 
-    async def load(self) -> None:
+    async def load(self, *, context: bool = False) -> None:
         """Load the session's state from the store (a new session starts empty).
+
+        `context`: only what a call's prompt needs (`BaseStateStore.load_context`: the messages a
+        summary covers stay unread placeholders); for a call's own working copy, never for a
+        state handed to the application.
 
         A store holding sessions written before sessions belonged to an agent is read as a
         fallback: the server's ``"<agent>:<session>"`` row, then the ``(user, session)`` row if no
@@ -233,7 +237,7 @@ class Run:
         store = self.store
         cache = self._cache()
         if cache is not None:  # the cached transcript plus what was appended since: O(new messages)
-            state = await cache.load(store, self.user_id, self.session_id, agent=self.agent_key)
+            state = await cache.load(store, self.user_id, self.session_id, agent=self.agent_key, context=context)
         else:
             state = await store.load(self.user_id, self.session_id, agent=self.agent_key)
         if state is None and getattr(store, "has_legacy_sessions", False):

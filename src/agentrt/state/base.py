@@ -15,7 +15,15 @@ from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictErr
 from agentrt.message import Msg
 from agentrt.state.cache import SessionCache
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
-from agentrt.state.session import LEGACY_AGENT, STATE_FIELDS, AgentState, SessionInfo, StateView
+from agentrt.state.session import (
+    LEGACY_AGENT,
+    STATE_FIELDS,
+    AgentState,
+    SessionInfo,
+    StateView,
+    context_start,
+    with_placeholders,
+)
 
 __all__ = [
     "LEGACY_AGENT",
@@ -123,6 +131,33 @@ class BaseStateStore(abc.ABC):
         if offset:
             state.messages = state.messages[offset:]
         return StateView(state, offset)
+
+    async def load_context(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
+        """The session as a call's prompt needs it, or None: the summarised messages are not read.
+
+        Every field is loaded; of the messages only those from ``summary_index`` on (what the
+        prompt shows after the summary) are decoded, and each one before is the `UNLOADED`
+        placeholder, so indexes and ``len(messages)`` stay those of the transcript and
+        ``state.loaded_from`` tells where the real messages begin. A session without a summary
+        (or with fewer than `CONTEXT_MIN_MESSAGES` summarised) is loaded whole. Such a state is
+        for a call's working copy only: placeholders cannot be encoded, so a `save` of it fails.
+
+        This generic version reads twice (the fields, then the messages from the summary's end);
+        a store may override it with one read.
+        """
+        head = await self.load_view(user_id, session_id, agent=agent, since_index=MAX_REVISION)
+        if head is None:
+            return None
+        start = context_start(head.state, head.message_count)
+        if start == 0:
+            return await self.load(user_id, session_id, agent=agent)
+        view = await self.load_view(user_id, session_id, agent=agent, since_index=start)
+        if view is None:
+            return None
+        if view.offset != start or context_start(view.state, view.message_count) < start:
+            # rewritten in between (a save with an earlier summary): read it all
+            return await self.load(user_id, session_id, agent=agent)
+        return with_placeholders(view)
 
     @property
     def session_cache(self) -> SessionCache:

@@ -36,10 +36,14 @@ _Key = tuple[str, str, str]
 
 
 class _Entry:
-    __slots__ = ("call_ids", "created_at", "messages", "nbytes", "revision")
+    __slots__ = ("call_ids", "created_at", "loaded_from", "messages", "nbytes", "revision")
 
-    def __init__(self, messages: list[Msg], nbytes: int, revision: int, created_at: float, call_ids: CallIds) -> None:
+    def __init__(
+        self, messages: list[Msg], nbytes: int, revision: int, created_at: float, call_ids: CallIds, loaded_from: int
+    ) -> None:
         self.messages = messages
+        self.loaded_from = loaded_from
+        """From a context load: ``messages[:loaded_from]`` are placeholders (see `AgentState.loaded_from`)."""
         self.nbytes = nbytes
         self.revision = revision
         self.created_at = created_at
@@ -90,14 +94,21 @@ class SessionCache:
         if entry is not None:
             self._nbytes -= entry.nbytes
 
-    async def load(self, store: Any, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
+    async def load(
+        self, store: Any, user_id: str, session_id: str, *, agent: str = "", context: bool = False
+    ) -> AgentState | None:
         """`store.load(...)`, from the cached transcript plus what was appended since when possible.
 
         `store` must have `load` and `load_view` (every `BaseStateStore` has). The returned state
-        is the caller's own: its `messages` list is a new list.
+        is the caller's own: its `messages` list is a new list. With `context`, a session not
+        cached is read with `store.load_context` (the summarised messages left unread, see
+        `AgentState.loaded_from`), and such an entry serves only later `context` loads.
         """
         key = (agent, user_id, session_id)
         entry = self._entries.get(key) if self.max_bytes > 0 else None
+        if entry is not None and entry.loaded_from and not context:
+            self.discard(*key)  # it lacks the messages a whole load returns
+            entry = None
         if entry is not None:
             cached = len(entry.messages)
             since = max(cached - 1, 0)
@@ -116,12 +127,18 @@ class SessionCache:
                 fresh = got[cached - since :]
                 state.messages = [*entry.messages, *fresh]
                 state.call_ids = entry.call_ids
+                state.loaded_from = entry.loaded_from
                 self.hits += 1
                 self._grow(key, entry, fresh, state.revision)
                 return state
             self.discard(*key)
         self.misses += 1
-        full: AgentState | None = await store.load(user_id, session_id, agent=agent)
+        load_context = getattr(store, "load_context", None) if context else None
+        full: AgentState | None
+        if load_context is not None:
+            full = await load_context(user_id, session_id, agent=agent)
+        else:
+            full = await store.load(user_id, session_id, agent=agent)
         if full is not None:
             self.put(full)
         return full
@@ -132,10 +149,12 @@ class SessionCache:
             return
         key = (state.agent, state.user_id, state.session_id)
         self.discard(*key)
-        nbytes = _size(state.messages)
+        nbytes = _size(state.messages[state.loaded_from :])
         if nbytes > self.max_bytes:
             return
-        self._entries[key] = _Entry(list(state.messages), nbytes, state.revision, state.created_at, state.call_ids)
+        self._entries[key] = _Entry(
+            list(state.messages), nbytes, state.revision, state.created_at, state.call_ids, state.loaded_from
+        )
         self._nbytes += nbytes
         self._evict()
 

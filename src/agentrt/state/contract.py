@@ -9,7 +9,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentrt.errors import InvalidTypeError, InvalidValueError, SessionBusyError, StateConflictError
+from agentrt.errors import (
+    InvalidTypeError,
+    InvalidValueError,
+    SessionBusyError,
+    StateConflictError,
+    StateStoreError,
+)
 from agentrt.message import (
     Base64Source,
     ImageBlock,
@@ -261,6 +267,7 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     await _check_revision_types(store, f"typed-{run}")
     if hasattr(store, "load_view"):
         await _check_views(store, factory, persistent, f"views-{run}")
+        await _check_context(store, f"context-{run}")
     agents_user = f"agents-{run}"
     await _check_agents(store, agents_user)
     if hasattr(store, "migrate_legacy"):
@@ -341,6 +348,39 @@ async def _check_views(store: Any, factory: StoreFactory, persistent: bool, user
     tiny = SessionCache(max_bytes=1)
     assert await tiny.load(store, user, "v", agent="va") is not None and len(tiny) == 0, "a too large session"
     await store.delete(user, "v", agent="va")
+
+
+async def _check_context(store: Any, user: str) -> None:
+    """`load_context` reads the fields and the messages from the summary's end; the rest are placeholders."""
+    from agentrt.state.session import CONTEXT_MIN_MESSAGES, UNLOADED
+
+    load_context = getattr(store, "load_context", None)
+    if load_context is None:
+        return
+    assert await load_context(user, "c", agent="ca") is None, "load_context of a missing session must return None"
+    n, cut = CONTEXT_MIN_MESSAGES + 36, CONTEXT_MIN_MESSAGES + 16
+    msgs = [Msg.user(f"c{i}") if i % 2 == 0 else Msg.assistant(f"c{i}") for i in range(n)]
+    rev = await store.append(user, "c", msgs, expected_revision=0, agent="ca")
+    whole = await load_context(user, "c", agent="ca")
+    assert whole is not None and whole.messages == msgs and whole.loaded_from == 0, "no summary: the whole transcript"
+    rev = await store.append(
+        user, "c", [], fields={"summary": "s", "summary_index": 8}, expected_revision=rev, agent="ca"
+    )
+    few = await load_context(user, "c", agent="ca")
+    assert few is not None and few.messages == msgs and few.loaded_from == 0, "a short summary: the whole transcript"
+    rev = await store.append(
+        user, "c", [], fields={"summary": "s", "summary_index": cut}, expected_revision=rev, agent="ca"
+    )
+    state = await load_context(user, "c", agent="ca")
+    assert state is not None and state.loaded_from in (0, cut), "load_context reads all or from the summary's end"
+    assert len(state.messages) == n and state.messages[cut:] == msgs[cut:], "the messages after the summary, in place"
+    assert all(m is UNLOADED for m in state.messages[: state.loaded_from]), "placeholders before the summary's end"
+    assert (state.summary, state.summary_index, state.revision) == ("s", cut, rev), "every field"
+    if state.loaded_from:
+        await _expect(StateStoreError, store.save(state, expected_revision=rev), "a save of a context load")
+        stored = await store.load(user, "c", agent="ca")
+        assert stored is not None and stored.messages == msgs, "a refused save must leave the transcript as it was"
+    await store.delete(user, "c", agent="ca")
 
 
 class _Index(enum.IntEnum):

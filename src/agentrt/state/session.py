@@ -14,7 +14,20 @@ from typing import Any
 from agentrt.message import Msg
 from agentrt.state.pending import Pending
 
-__all__ = ["LEGACY_AGENT", "SCHEMA_VERSION", "STATE_FIELDS", "AgentState", "CallIds", "SessionInfo", "StateView"]
+__all__ = [
+    "LEGACY_AGENT",
+    "SCHEMA_VERSION",
+    "STATE_FIELDS",
+    "UNLOADED",
+    "AgentState",
+    "CONTEXT_MIN_MESSAGES",
+    "CallIds",
+    "SessionInfo",
+    "StateView",
+    "Unloaded",
+    "context_start",
+    "with_placeholders",
+]
 
 LEGACY_AGENT = ""
 """The agent part of sessions written before sessions belonged to an agent (and of writes without one)."""
@@ -23,6 +36,28 @@ SCHEMA_VERSION = 1
 
 STATE_FIELDS = ("summary", "summary_index", "rules", "pending", "active_groups", "tool_state", "tasks", "metadata")
 """The fields of `AgentState` besides `messages` that `append` can change."""
+
+
+class Unloaded(Msg):
+    """The stand-in for a message a context load did not read (see `AgentState.loaded_from`).
+
+    It cannot be encoded, so no store ever writes one: a state holding stand-ins that reached a
+    `save` fails loudly instead of replacing the transcript with placeholders.
+    """
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        from agentrt.errors import StateStoreError
+
+        raise StateStoreError("a message not loaded (a context load's placeholder) cannot be stored")
+
+    def to_json(self) -> str:
+        return str(self.to_dict())
+
+
+UNLOADED = Unloaded(role="user", content=[], id="agentrt-unloaded", timestamp=0.0)
+"""The one placeholder instance: ``messages[:loaded_from]`` of a context load are all this object."""
 
 
 class CallIds:
@@ -86,6 +121,9 @@ class AgentState:
     updated_at: float = 0.0
     call_ids: CallIds = field(default_factory=CallIds, repr=False, compare=False)
     """The index of the transcript's tool-call ids (derived data, never stored)."""
+    loaded_from: int = field(default=0, repr=False, compare=False)
+    """Messages before this index were not read: each is `UNLOADED` (a context load, see
+    `BaseStateStore.load_context`); 0 for a state holding the whole transcript. Never stored."""
 
     def fields_dict(self) -> dict[str, Any]:
         """The non-message fields, by name."""
@@ -98,6 +136,31 @@ class AgentState:
         shared it before sessions belonged to an agent); unnamed replies are not counted.
         """
         return frozenset(m.name for m in self.messages if m.role == "assistant" and m.name)
+
+
+CONTEXT_MIN_MESSAGES = 64
+"""A context load skips the summarised messages only when there are at least this many of them."""
+
+
+def context_start(state: AgentState, message_count: int) -> int:
+    """Where the messages a call's prompt needs begin: the end of the summary, or 0 for all of them.
+
+    Below `CONTEXT_MIN_MESSAGES` summarised messages the whole transcript is read: decoding a few
+    messages costs less than a second read.
+    """
+    if not state.summary:
+        return 0
+    start = min(max(int(state.summary_index), 0), message_count)
+    return start if start >= CONTEXT_MIN_MESSAGES else 0
+
+
+def with_placeholders(view: StateView) -> AgentState:
+    """The state of `view` with its messages at their transcript positions, `UNLOADED` before them."""
+    state = view.state
+    if view.offset:
+        state.messages = [UNLOADED] * view.offset + state.messages
+        state.loaded_from = view.offset
+    return state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

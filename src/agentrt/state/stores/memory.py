@@ -40,6 +40,10 @@ class InMemoryStateStore(BaseStateStore):
             return None
         return _copy(stored)
 
+    async def load_context(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
+        """`load`: the messages are objects already, with nothing to decode or skip."""
+        return await self.load(user_id, session_id, agent=agent)
+
     async def load_view(
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:

@@ -53,6 +53,7 @@ from agentrt.state.base import (
     check_since_index,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
+from agentrt.state.session import context_start, with_placeholders
 from agentrt.state.stores._sqlite_inline import InlineRunner, TooLarge
 
 __all__ = ["DEFAULT_PATH", "SqliteStateStore"]
@@ -217,6 +218,11 @@ class SqliteStateStore(BaseStateStore):
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
         return await self._call_small(_load_small, _load, check_agent(agent), user_id, session_id, write=False)
+
+    async def load_context(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
+        """`BaseStateStore.load_context` in one read: the document says where the summary ends."""
+        args = (check_agent(agent), user_id, session_id)
+        return await self._call_small(_load_context_small, _load_context, *args, write=False)
 
     async def load_view(
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
@@ -595,16 +601,41 @@ def _checkpoint(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
+def _load_context(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, context=True)
+    return None if view is None else with_placeholders(view)
+
+
+def _load_context_small(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES, context=True)
+    return None if view is None else with_placeholders(view)
+
+
 def _load_view(
-    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int, limit: int | None = None
+    conn: sqlite3.Connection,
+    agent: str,
+    user_id: str,
+    session_id: str,
+    since: int,
+    limit: int | None = None,
+    *,
+    context: bool = False,
 ) -> StateView | None:
+    """The session from message `since` on; with `context`, from where its summary ends (see `load_context`)."""
     key = (agent, user_id, session_id)
+    doc: dict[str, Any] | None = None
     with _transaction(conn, write=False):
         row = conn.execute(
             f"SELECT revision, doc, message_count, created_at, updated_at FROM sessions WHERE {_KEY}", key
         ).fetchone()
         if row is None:
             return None
+        if context:
+            doc = _parse_doc(row[1], user_id, session_id)
+            summary = doc.get("summary")
+            index = doc.get("summary_index")
+            if isinstance(summary, str) and summary and isinstance(index, int) and not isinstance(index, bool):
+                since = context_start(AgentState(summary=summary, summary_index=index), int(row[2]))
         if limit is not None and int(row[2]) - min(since, int(row[2])) > limit:
             raise TooLarge
         if since:
@@ -620,7 +651,8 @@ def _load_view(
         raise StateStoreError(
             f"stored {where} is corrupt: expected messages {first}..{count - 1}, found {len(rows)} rows"
         )
-    doc = _parse_doc(raw_doc, user_id, session_id)
+    if doc is None:
+        doc = _parse_doc(raw_doc, user_id, session_id)
     try:
         messages = [decode_message(body) for _, body in rows]
         state = decode_state(doc, messages)
