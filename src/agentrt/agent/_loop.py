@@ -16,10 +16,12 @@ from agentrt.agent._output import GENERATE_RESPONSE, OutputSpec, StructuredOutpu
 from agentrt.agent._run import Run
 from agentrt.agent._session_tools import task_reminder
 from agentrt.agent.usage import (
+    RunMeter,
     check_after_request,
     check_before_request,
-    record_request,
     record_spend,
+    record_tokens,
+    reserve_request,
     snapshot,
 )
 from agentrt.errors import (
@@ -177,7 +179,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         spec = run.output = output_spec(run.output, agent.model, agent.output_mode)
         if spec.mode == "native":
             run.options = run.options.merge(GenerateOptions(response_format=spec.response_format()))
-    await run.load()
+    await run.load(context=True)  # the summarised messages stay unread (see Run.load)
     if agent._knowledge is not None:
         run.knowledge = _knowledge.TurnKnowledge()
     tools = agent.toolkit.tools
@@ -195,7 +197,7 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         reply_id=run.reply_id,
         session_id=run.session_id,
         source=agent.name,
-        add_usage=run.add_usage,
+        add_usage=functools.partial(record_tokens, run),  # tokens spent for a tool (MCP sampling)
         ask=_questions.asker(run),
     )
     resuming = run.state.pending is not None and bool(run.state.pending.calls)
@@ -641,17 +643,20 @@ async def _reasoning_managed(
         tools = _schemas(agent, executor, run)
         handler = _model_handler(agent, run, chains)
         summary_model = agent._resolve_summary_model
-        prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
+        meter = RunMeter(run)  # the summary calls count against the usage limits
+        prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model, meter=meter)
         try:
             msg = await handler(ModelRequest(prompt, tools, options))
         except ContextWindowExceededError:
             # Our count was too low for this provider: force a deeper compression and retry once.
-            steps = await compressor.compress(run, head, tail, tools, model, options, summary_model, mode="overflow")
+            steps = await compressor.compress(
+                run, head, tail, tools, model, options, summary_model, mode="overflow", meter=meter
+            )
             if not steps:
                 raise
             if run.streaming:
                 run.event(ev.ModelRestarted, step=run.step, reason="context_window_exceeded")
-            prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model)
+            prompt, raw = await compressor.prepare(run, head, tail, tools, model, options, summary_model, meter=meter)
             check_before_request(run)
             msg = await handler(ModelRequest(prompt, tools, options))
         compressor.calibrate(raw, msg.usage, model)
@@ -676,6 +681,7 @@ async def compress_run(agent: ReActAgent, run: Run, mode: Mode = "manual") -> li
         options,
         agent._resolve_summary_model,
         mode=mode,
+        meter=RunMeter(run),
     )
 
 
@@ -692,9 +698,11 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
     model = agent.model
     streaming = run.streaming
     acc = ReplyAccumulator(_Listener(run) if streaming else None)
+    # Checked and counted in one step, right before sending (no await in between): parallel
+    # subagents sharing a `requests` limit can never together send more calls than it allows.
+    reserve_request(run)
     if streaming:
         run.event(ev.ModelCallStarted, step=run.step, model=model.model_name)
-    record_request(run)
     async for chunk in model.stream(request.messages, request.tools, request.options):
         acc.add(chunk)
         if run.interrupt_requested:
@@ -706,7 +714,7 @@ async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg
     cost = cost_of(served, usage)
     record_spend(run, cost)
     if usage is not None:
-        run.add_usage(usage)
+        record_tokens(run, usage)
         if streaming:
             run.event(ev.Usage, usage=usage, model=served.model_name, cost_usd=cost)
     if streaming:

@@ -4,9 +4,13 @@
 call with ``ReActAgent(usage_limits=...)``; a per-call value replaces the agent's) stops the call
 with `agentrt.errors.UsageLimitExceeded` once it would go past a limit:
 
-- ``requests`` is checked before each model call: a call that would be one too many never starts;
+- ``requests`` is checked before each model call, and the call is counted in the same step (no
+  await in between: a *reservation*): a call that would be one too many is never sent, however
+  many subagents run in parallel inside the call;
 - ``input_tokens``, ``output_tokens``, ``total_tokens`` and ``cost_usd`` after each model call
-  (what a reply costs is known only once it is there), and before the next one;
+  (what a reply costs is known only once it is there), and before the next one: they cannot be
+  reserved, so parallel model calls already sent when one of them goes past the limit may
+  overshoot it by what they spend (at most the calls in flight at that moment);
 - ``tool_calls`` before each batch of tool calls the model asked for: a batch that would go past
   the limit does not start (none of its calls runs).
 
@@ -15,6 +19,15 @@ it (an agent run as a tool, or any agent called from one of its tools): their mo
 cost and tool calls count against the limits of every call they run inside while that call runs,
 and each of them stops as soon as an enclosing call's limit is reached. A call run by a background
 task that outlives its parent counts against the parent only while the parent runs.
+
+The summary calls of context compression (`agentrt.memory.compression`) are model calls of the
+call they compress for: they count (request, tokens, cost) and are checked like the others (see
+`RunMeter`).
+
+A pipeline call (`agentrt.pipeline`: ``sequential(...).call(..., usage_limits=...)``) has one
+account for the whole call (`Budget`): every member's model calls, tokens, cost and tool calls
+count against it (the members' own limits still apply to themselves), nested pipelines share it,
+and the member that reaches it stops as a call at its own limit would.
 
 A ``cost_usd`` limit is kept, never switched off: the priced calls' cost (a lower bound) is always
 compared against it, a model with no known price is not called under it (a subagent's included),
@@ -29,6 +42,8 @@ continues from there.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -39,8 +54,10 @@ from agentrt.errors import InvalidTypeError, InvalidValueError, UsageLimitExceed
 
 if TYPE_CHECKING:
     from agentrt.agent._run import Run
+    from agentrt.message import TokenUsage
+    from agentrt.model.base import ChatModel
 
-__all__ = ["RunUsage", "UsageLimits"]
+__all__ = ["Budget", "RunMeter", "RunUsage", "UsageLimits"]
 
 logger = logging.getLogger("agentrt.agent")
 
@@ -149,10 +166,92 @@ def check_limits(value: Any) -> UsageLimits | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# pipeline budgets: one account for a whole pipeline call
+# --------------------------------------------------------------------------------------------------
+class Budget:
+    """The account of one pipeline call with usage limits (see `budget`).
+
+    It counts what every agent call running inside the pipeline call spends (its members, and
+    their subagents), as `Run` counts what a call and its subagents spend; its limits are checked
+    with the calls' own.
+    """
+
+    __slots__ = (
+        "cost_usd",
+        "ended",
+        "limits",
+        "name",
+        "parent",
+        "reached",
+        "requests",
+        "tool_calls",
+        "unpriced",
+        "usage",
+    )
+
+    def __init__(self, name: str, limits: UsageLimits, parent: Budget | None) -> None:
+        self.name = name
+        """The pipeline's name (`UsageLimitExceeded.agent` when its limit stops a call)."""
+        self.limits: UsageLimits | None = limits
+        self.parent = parent
+        """The budget of the pipeline call this one runs inside, if any."""
+        self.requests = 0
+        self.tool_calls = 0
+        self.cost_usd = 0.0
+        self.unpriced = 0
+        self.usage: TokenUsage | None = None
+        self.ended = False
+        """Whether the pipeline call has returned or raised (work outliving it no longer counts)."""
+        self.reached = False
+        """Whether one of its limits stopped a call (the pipeline call then stops too)."""
+
+    def __repr__(self) -> str:
+        return f"Budget({self.name!r}, requests={self.requests}, tool_calls={self.tool_calls})"
+
+
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("agentrt_usage_budget", default=None)
+"""The budget of the innermost pipeline call with usage limits this code runs inside."""
+
+
+@contextlib.contextmanager
+def budget(name: str, limits: UsageLimits | None) -> Iterator[Budget | None]:
+    """Count every agent call made inside the block against `limits` (a pipeline call's), as one account.
+
+    None or empty limits open no budget (the enclosing pipeline's, if any, still counts). The block
+    must start and end in one task (the budget is found through a context variable, which tasks
+    created inside the block inherit).
+    """
+    if limits is None or limits.empty:
+        yield None
+        return
+    account = Budget(name, limits, _BUDGET.get())
+    token = _BUDGET.set(account)
+    try:
+        yield account
+    finally:
+        account.ended = True
+        _BUDGET.reset(token)
+
+
+def budget_reached() -> bool:
+    """Whether a limit of a pipeline call this code runs inside has stopped a call."""
+    return any(b.reached for b in _budgets())
+
+
+def _budgets() -> Iterator[Budget]:
+    """The budgets of the running pipeline calls this code runs inside, innermost first."""
+    current = _BUDGET.get()
+    while current is not None:
+        if not current.ended:
+            yield current
+        current = current.parent
+
+
+# --------------------------------------------------------------------------------------------------
 # accounting and checks on runs (the loop calls these)
 # --------------------------------------------------------------------------------------------------
-def snapshot(run: Run) -> RunUsage:
-    """What `run` has spent so far."""
+def snapshot(run: Run | Budget) -> RunUsage:
+    """What `run` (a call, or a pipeline call's budget) has spent so far."""
     tokens = run.usage
     return RunUsage(
         requests=run.requests,
@@ -166,24 +265,37 @@ def snapshot(run: Run) -> RunUsage:
     )
 
 
-def _accounts(run: Run) -> Iterator[Run]:
-    """`run` and each call it runs inside that is still running (a subagent's parents)."""
+def _accounts(run: Run) -> Iterator[Run | Budget]:
+    """`run`, each call it runs inside that is still running (a subagent's parents), then the pipeline budgets."""
     current: Run | None = run
     while current is not None:
         yield current
         current = current.parent
         if current is not None and current.ended:
-            return
+            break
+    yield from _budgets()
 
 
 def record_request(run: Run) -> None:
-    """Count one model call about to be made."""
+    """Count one model call about to be made (without checking: see `reserve_request`)."""
     for account in _accounts(run):
         account.requests += 1
 
 
+def reserve_request(run: Run, model: ChatModel | None = None) -> None:
+    """Check the limits for one more model call of `run` and count it, in one step; call it right before sending.
+
+    Nothing awaits between the check and the count, so parallel subagents sharing a ``requests``
+    limit can never together send more calls than it allows: each call is refused or counted
+    before any other task runs. `model`: the model about to be called (default: the agent's),
+    for the ``cost_usd`` price check. Raises `UsageLimitExceeded` (nothing counted) when refused.
+    """
+    check_before_request(run, model)
+    record_request(run)
+
+
 def record_spend(run: Run, cost: float | None) -> None:
-    """Count the cost of one model call (its tokens go through `Run.add_usage`).
+    """Count the cost of one model call (its tokens go through `record_tokens`).
 
     None: the cost is unknown. A negative, NaN or infinite cost (or not a number at all) is never
     added, as it would lower the running total or make every limit comparison false: it counts as
@@ -201,26 +313,70 @@ def record_spend(run: Run, cost: float | None) -> None:
             account.cost_usd += cost
 
 
+def record_tokens(run: Run, usage: TokenUsage) -> None:
+    """Count tokens spent in `run` (and in the calls and pipeline calls it runs inside)."""
+    run.add_usage(usage)  # the call and its running parents
+    for account in _budgets():
+        account.usage = usage if account.usage is None else account.usage + usage
+
+
+def record_reply(run: Run, model: ChatModel, usage: TokenUsage | None) -> float | None:
+    """Count what one model call of `run` to `model` spent (tokens and cost); returns its cost (None: unknown)."""
+    from agentrt.model.pricing import cost_of
+
+    cost = cost_of(model, usage)
+    record_spend(run, cost)
+    if usage is not None:
+        record_tokens(run, usage)
+    return cost
+
+
 def record_tool_calls(run: Run, n: int) -> None:
     """Count `n` tool calls about to run."""
     for account in _accounts(run):
         account.tool_calls += n
 
 
-def _exceeded(account: Run, limit: str, limit_value: float, used: float, what: str) -> UsageLimitExceeded:
-    agent = account.agent.name
+class RunMeter:
+    """The accounting of model calls a call makes outside its loop (the context summaries of compression).
+
+    `before` reserves the call (`reserve_request`: raises `UsageLimitExceeded` rather than send
+    one past a limit), `after` counts what it spent. The compressor's ``meter``
+    (`agentrt.memory.compression.SummaryMeter`).
+    """
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def before(self, model: ChatModel) -> None:
+        """Check the limits for one call of `model` and count it (raises `UsageLimitExceeded` when refused)."""
+        reserve_request(self.run, model)
+
+    def after(self, model: ChatModel, usage: TokenUsage | None) -> None:
+        """Count the tokens and cost of the call's reply (checked before the next model call)."""
+        record_reply(self.run, model, usage)
+
+
+def _exceeded(account: Run | Budget, limit: str, limit_value: float, used: float, what: str) -> UsageLimitExceeded:
+    if isinstance(account, Budget):
+        account.reached = True
+        owner, name = "pipeline", account.name
+    else:
+        owner, name = "agent", account.agent.name
     return UsageLimitExceeded(
-        f"usage limit {limit}={limit_value:g} of agent {agent!r} reached: {what}; the call's work so far is "
+        f"usage limit {limit}={limit_value:g} of {owner} {name!r} reached: {what}; the call's work so far is "
         "saved in the session, and a later call continues it",
         limit=limit,
         limit_value=limit_value,
         used=used,
         usage=snapshot(account),
-        agent=agent,
+        agent=name,
     )
 
 
-def _spent_over(account: Run, limits: UsageLimits) -> UsageLimitExceeded | None:
+def _spent_over(account: Run | Budget, limits: UsageLimits) -> UsageLimitExceeded | None:
     """The first token, cost or tool-call limit `account` has gone past, if any."""
     tokens = account.usage
     if tokens is not None:
@@ -255,12 +411,13 @@ def _spent_over(account: Run, limits: UsageLimits) -> UsageLimitExceeded | None:
     return None
 
 
-def check_before_request(run: Run) -> None:
+def check_before_request(run: Run, model: ChatModel | None = None) -> None:
     """Raise `UsageLimitExceeded` if the next model call would go past a limit (or one is already past).
 
     Under a ``cost_usd`` limit (the call's own or an enclosing call's), a model with no known price
     is not called at all: its cost could not be counted (a subagent on an unpriced model inside a
-    call with a cost limit stops before its first model call).
+    call with a cost limit stops before its first model call). `model`: the model to be called
+    (default: the agent's). This only checks; `reserve_request` checks and counts.
     """
     unpriced_model: str | None = None
     checked_price = False
@@ -277,7 +434,7 @@ def check_before_request(run: Run) -> None:
         if limits.cost_usd is not None:
             if not checked_price:
                 checked_price = True
-                unpriced_model = _unpriced_model(run)
+                unpriced_model = _unpriced_model(run, model)
             if unpriced_model is not None:
                 raise _exceeded(
                     account,
@@ -289,15 +446,16 @@ def check_before_request(run: Run) -> None:
                 )
 
 
-def _unpriced_model(run: Run) -> str | None:
-    """The id of the model `run`'s agent calls when it has no known price; None when priced (or not a model)."""
+def _unpriced_model(run: Run, model: Any = None) -> str | None:
+    """The id of the model to be called (`model`, else `run`'s agent's) when it has no known price; None when priced."""
     from agentrt.model.base import ChatModel
     from agentrt.model.pricing import price_known
 
-    try:
-        model = getattr(run.agent, "model", None)
-    except Exception:  # an unresolvable model id: the call itself reports it
-        return None
+    if model is None:
+        try:
+            model = getattr(run.agent, "model", None)
+        except Exception:  # an unresolvable model id: the call itself reports it
+            return None
     if not isinstance(model, ChatModel) or price_known(model):
         return None
     return str(getattr(model, "id", model))

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from agentrt.errors import ContextWindowExceededError, UserError
+from agentrt.errors import ContextWindowExceededError, UsageLimitExceeded, UserError
 from agentrt.events import AgentEvent, ContextCompressed
 from agentrt.message import (
     AudioBlock,
@@ -213,6 +213,20 @@ class RunLike(Protocol):
     def add_usage(self, usage: TokenUsage) -> None: ...
 
     def event(self, kind: type[AgentEvent], **fields: Any) -> None: ...
+
+
+class SummaryMeter(Protocol):
+    """The usage accounting of summary calls (the agent's `agentrt.agent.usage.RunMeter`): they are model calls too.
+
+    `before` runs right before a summary call is sent and may refuse it by raising
+    `UsageLimitExceeded` (the usage limits of the call compressing): the call is then not made,
+    the tiers applied so far are saved, and the error propagates (the agent call stops). `after`
+    counts what the reply spent (tokens, cost).
+    """
+
+    def before(self, model: ChatModel) -> None: ...
+
+    def after(self, model: ChatModel, usage: TokenUsage | None) -> None: ...
 
 
 Mode = Literal["auto", "overflow", "manual"]
@@ -582,6 +596,7 @@ class _Pass:
     room: int  # tokens the summary may take
     measure_summary: Callable[[str], int]
     sizes: list[int]
+    meter: SummaryMeter | None = None  # the usage accounting of summary calls
     steps: list[Compression] = field(default_factory=list)
     summary_calls: int = 0
     summary_failed: bool = False
@@ -776,12 +791,15 @@ class ContextCompressor:
         model: ChatModel,
         options: GenerateOptions | None,
         summary_model: Callable[[], ChatModel],
+        *,
+        meter: SummaryMeter | None = None,
     ) -> tuple[list[Msg], int]:
         """The prompt to send (compressed first if it is over the trigger) and its uncalibrated count.
 
         The prompt never exceeds the usable window: past the persisted tiers, the summary and the
         newest round are cut for this call only. Raises `ContextWindowExceededError` (before any
         model call) when the newest user message alone, or the newest round cut to the bone, cannot fit.
+        `meter`: as for `compress`.
         """
         state = run.state
         entries = self._view_entries(state)
@@ -790,7 +808,7 @@ class ContextCompressor:
         tokens = self.counter.adjust(raw, model)
         if tokens > limits.trigger:
             self._check_newest(state, head, tail, tools, model, limits)
-            steps = await self.compress(run, head, tail, tools, model, options, summary_model, mode="auto")
+            steps = await self.compress(run, head, tail, tools, model, options, summary_model, mode="auto", meter=meter)
             if steps:
                 entries = self._view_entries(state)
                 raw = self.raw_count(head, entries, tail, tools, model)
@@ -936,6 +954,7 @@ class ContextCompressor:
         summary_model: Callable[[], ChatModel],
         *,
         mode: Mode = "auto",
+        meter: SummaryMeter | None = None,
     ) -> list[Compression]:
         """Compress the session's view in tiers; returns the tiers applied (events are emitted on `run`).
 
@@ -945,17 +964,26 @@ class ContextCompressor:
         under both the target and what was rejected, down to the newest message or round.
         ``manual``: as far as tiers 1 and 2 go (tier 3 only when no summary can be made), whatever the
         size, never touching the recent rounds.
+
+        `meter` counts the summary calls against the usage limits of the call compressing: when it
+        refuses one (`UsageLimitExceeded`), no summary call is made, the tiers applied so far are
+        saved, and the error propagates.
         """
         limits = self.limits(model, options)
         work = self._start_pass(run, head, tail, tools, model, limits, mode)
+        work.meter = meter
         keep_recent = self.config.keep_recent_rounds
         # The configured recent rounds first; when they (with the summary) are still over the goal,
         # fewer of them: a long conversation of short rounds must still leave older rounds behind.
         levels = [keep_recent] if mode == "manual" else range(keep_recent, 0, -1)
-        for keep in levels:
-            if not work.over:
-                break
-            await self._compress_keeping(work, keep, model, summary_model, mode)
+        try:
+            for keep in levels:
+                if not work.over:
+                    break
+                await self._compress_keeping(work, keep, model, summary_model, mode)
+        except UsageLimitExceeded:
+            await self._record(work)  # a summary call past a usage limit: keep what was done, then stop
+            raise
         if mode != "manual":
             self._last_resorts(work, limits, mode)
             self._warn_if_over(work, limits, model)
@@ -1023,7 +1051,9 @@ class ContextCompressor:
                 return
             work.summary_calls += 1
             before = work.snapshot()
-            if not await self._tier2(work.run, work.meta, span, summary_model, work.room, work.measure_summary):
+            if not await self._tier2(
+                work.run, work.meta, span, summary_model, work.room, work.measure_summary, work.meter
+            ):
                 work.summary_failed = True
                 return
             if not work.settle(2, before):
@@ -1165,20 +1195,29 @@ class ContextCompressor:
         summary_model: Callable[[], ChatModel],
         room: int,
         measure: Callable[[str], int],
+        meter: SummaryMeter | None = None,
     ) -> bool:
         state = run.state
         start, cut = span
         try:
             model = summary_model()
             made = self._summary_request(meta, state.messages[start:cut], room, model)
-            if made is None:
-                return False
-            request, max_tokens = made
+        except Exception:
+            logger.warning("summary model call failed; compressing without a new summary", exc_info=True)
+            return False
+        if made is None:
+            return False
+        request, max_tokens = made
+        if meter is not None:
+            meter.before(model)  # raises (no call made) rather than go past a usage limit
+        try:
             reply = await model.generate(request, (), GenerateOptions(max_tokens=max_tokens))
         except Exception:
             logger.warning("summary model call failed; compressing without a new summary", exc_info=True)
             return False
-        if reply.usage is not None:
+        if meter is not None:
+            meter.after(model, reply.usage)
+        elif reply.usage is not None:
             run.add_usage(reply.usage)
         body = reply.text.strip()
         if not body:

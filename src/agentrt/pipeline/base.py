@@ -21,6 +21,7 @@ from agentrt import events as ev
 from agentrt._sync import run_sync, stream_from
 from agentrt.agent._scopes import SCOPES, announce, scope_ctx
 from agentrt.agent.base import AgentBase, AgentInput
+from agentrt.agent.usage import UsageLimits, budget, check_limits
 from agentrt.context import RuntimeContext
 from agentrt.errors import UserError
 from agentrt.message import (
@@ -333,39 +334,67 @@ class Composite(abc.ABC, Generic[R]):
     def members(self) -> tuple[AgentLike, ...]:
         """The agents this composite runs (each once, in their usual order)."""
 
-    async def call(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> R:
+    async def call(
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> R:
         """Run the composite on `input` in the session of `ctx` and return its result.
 
         `output` (a structured-output spec, as for `ReActAgent.call`) goes to the member that
         produces the result. Without `ctx`, inside a `MsgHub` block the composite takes part in, it
         runs in the hub's context; called in a hub's context, its reply is heard by the other
         participants before this returns.
+
+        `usage_limits` (`agentrt.agent.usage.UsageLimits`) is one budget for the whole call: every
+        member's model calls, tokens, cost and tool calls (their subagents' and nested composites'
+        included) count against it, on top of the members' own limits. The member that would go
+        past it stops after checkpointing its work, and `UsageLimitExceeded` is raised from here
+        (``agent`` is the composite's name); calling again continues the sessions.
         """
         ctx = self._ctx(ctx)
-        return await self._execute(to_input(input, f"{self.name} input"), ctx, None, output)
+        limits = check_limits(usage_limits)
+        return await self._execute(to_input(input, f"{self.name} input"), ctx, None, output, limits)
 
     async def stream_events(
-        self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
     ) -> AsyncIterator[ev.AgentEvent]:
         """Run the composite and yield the members' events (each with its own `source`) as they happen.
 
         The stream starts with a `RunStarted` and ends with a `RunFinished` whose `source` is the
         composite's name and whose `msg` is its result (several replies combined into one `Msg`,
         with the replies in ``metadata["replies"]``). Closing the iterator early stops the run.
+        `usage_limits`: as for `call`.
         """
         ctx = self._ctx(ctx)
+        limits = check_limits(usage_limits)
         messages = to_input(input, f"{self.name} input")
 
         async def produce(emit: Any) -> None:
-            await self._execute(messages, ctx, emit, output)
+            await self._execute(messages, ctx, emit, output, limits)
 
         async with contextlib.aclosing(stream_from(produce)) as events:
             async for event in events:
                 yield event
 
-    def call_sync(self, input: AgentInput = None, ctx: RuntimeContext | None = None, *, output: Any = None) -> R:
+    def call_sync(
+        self,
+        input: AgentInput = None,
+        ctx: RuntimeContext | None = None,
+        *,
+        output: Any = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> R:
         """`call` for scripts without an event loop."""
-        return run_sync(lambda: self.call(input, ctx, output=output), "pipeline")
+        return run_sync(lambda: self.call(input, ctx, output=output, usage_limits=usage_limits), "pipeline")
 
     async def observe(self, msgs: AgentInput, ctx: RuntimeContext | None = None) -> None:
         """Add messages to the history of every member (each in its own session) without replying."""
@@ -441,7 +470,15 @@ class Composite(abc.ABC, Generic[R]):
             raise UserError(f"ctx must be a RuntimeContext or None, not {type(ctx).__name__!r}")
         return ctx
 
-    async def _execute(self, messages: list[Msg], ctx: RuntimeContext, emit: EventSink | None, output: Any) -> R:
+    async def _execute(
+        self,
+        messages: list[Msg],
+        ctx: RuntimeContext,
+        emit: EventSink | None,
+        output: Any,
+        usage_limits: UsageLimits | None = None,
+    ) -> R:
+        """Run one call; `usage_limits` opens a budget for it (a nested call shares the enclosing one)."""
         key = ctx.key
         state = CallState(emit, self.name, key[1])
         running = self._running.setdefault(key, [])
@@ -450,7 +487,8 @@ class Composite(abc.ABC, Generic[R]):
             with ctx.bind():
                 state.event(ev.RunStarted, input=messages, user_id=key[0])
                 try:
-                    result = await self._run(messages, ctx, state, output)
+                    with budget(self.name, usage_limits):
+                        result = await self._run(messages, ctx, state, output)
                 except Exception as exc:
                     state.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                     raise

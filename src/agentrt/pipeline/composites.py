@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, overload
 
 from agentrt import events as ev
+from agentrt.agent.usage import budget_reached
 from agentrt.context import RuntimeContext
-from agentrt.errors import UserError
+from agentrt.errors import UsageLimitExceeded, UserError
 from agentrt.message import META_STRUCTURED, Msg, TextBlock
 
 from .base import (
@@ -179,7 +180,8 @@ class FanOut(Composite[R]):
                 try:
                     result = await invoke(member, messages, self.member_ctx(member, ctx), state, member_output)
                 except Exception as exc:
-                    if not self.return_exceptions:
+                    # A pipeline's usage limit stops the whole call, even with return_exceptions.
+                    if not self.return_exceptions or (isinstance(exc, UsageLimitExceeded) and budget_reached()):
                         failures[index] = exc
                         raise
                     replies[index] = _error_reply(member, exc)
@@ -265,7 +267,8 @@ def fanout(
         max_concurrency: At most this many members run at once (None: all).
         return_exceptions: By default a member's exception cancels the others and propagates;
             with True it becomes that member's reply: an assistant `Msg` with the error's text and
-            ``metadata["error"]``.
+            ``metadata["error"]`` (except `UsageLimitExceeded` from the usage limits of this
+            pipeline call or one it runs inside: that stops the whole call).
         name: The composite's name (the `source` of its own events).
         description: What it does (used by `as_tool`).
         shared_session: Run every member in the caller's session instead of its own.
