@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from agentrt.agent.options import MAX_KNOWLEDGE_K
 from agentrt.context import RuntimeContext
-from agentrt.errors import ToolRetry
+from agentrt.errors import InvalidTypeError, InvalidValueError, ToolRetry
 from agentrt.message import META_CONFIRM_RESULTS, Msg, ToolResultBlock
 from agentrt.tool.base import Tool
 
@@ -49,11 +48,6 @@ META_CITATIONS = "agentrt_citations"
 DEFAULT_K = 5
 _MAX_QUERY = 2_000
 """Characters of a query sent to the knowledge base (a longer user message is cut)."""
-_MAX_FILTERS = 16
-_MAX_LIST = 50
-_MAX_VALUE = 500
-_DATE_KEYS = ("since", "until")
-_SCALARS = (str, int, float, bool)
 
 
 class TurnKnowledge:
@@ -143,51 +137,17 @@ def _k(raw: Any) -> int:
 
 
 def _filters(raw: Any) -> dict[str, Any] | None:
-    """The model's filters, checked against the documented keys and shapes (else a `ToolRetry` saying why)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise ToolRetry('\'filters\' must be an object such as {"source": "handbook.md", "tags": ["hr"]}')
-    if len(raw) > _MAX_FILTERS:
-        raise ToolRetry(f"'filters' may hold at most {_MAX_FILTERS} keys")
-    checked: dict[str, Any] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not key.strip() or len(key) > 100:
-            raise ToolRetry("each filter key must be a non-empty name of at most 100 characters")
-        if key == "source":
-            checked[key] = value if isinstance(value, str) and value else _strings(key, value)
-        elif key == "tags":
-            checked[key] = [value] if isinstance(value, str) and value else _strings(key, value)
-        elif key in _DATE_KEYS:
-            checked[key] = _iso_date(key, value)
-        elif isinstance(value, _SCALARS) and not (isinstance(value, str) and len(value) > _MAX_VALUE):
-            checked[key] = value
-        else:
-            raise ToolRetry(f"filter {key[:100]!r} must be a string, a number or a boolean (compared for equality)")
-    return checked or None
+    """The model's filters checked by the one shared reading (`agentrt.knowledge.filters.check_untrusted_filters`).
 
+    A bad filter is a `ToolRetry` saying why (the model corrects its call); nothing reaches the
+    knowledge base. The implementation lives in `agentrt.memory`, below this layer.
+    """
+    from agentrt.memory._search_filters import check_untrusted_filters
 
-def _strings(key: str, value: Any) -> list[str]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or len(value) > _MAX_LIST
-        or not all(isinstance(v, str) and v and len(v) <= _MAX_VALUE for v in value)
-    ):
-        raise ToolRetry(f"filter {key!r} must be a non-empty string or a non-empty list of strings")
-    return list(value)
-
-
-def _iso_date(key: str, value: Any) -> str:
-    if isinstance(value, str) and len(value) <= 64:
-        text = value.strip()
-        for parse in (date.fromisoformat, datetime.fromisoformat):
-            try:
-                parse(text.replace("Z", "+00:00") if parse is datetime.fromisoformat else text)
-            except ValueError:
-                continue
-            return text
-    raise ToolRetry(f"filter {key!r} must be an ISO date such as 2024-01-31 (or a date and time)")
+    try:
+        return check_untrusted_filters(raw)
+    except (InvalidTypeError, InvalidValueError) as exc:
+        raise ToolRetry(str(exc)) from None
 
 
 async def _search(retriever: Retriever, query: str, k: int, filters: dict[str, Any] | None) -> list[Passage] | None:

@@ -86,6 +86,10 @@ def build_eval_command() -> Any:
             float | None, typer.Option(min=0.0, max=1.0, help="Exit 1 when the pass rate is below this (0..1).")
         ] = None,
         timeout: Annotated[float | None, typer.Option(help="Seconds before one run is stopped (an error).")] = None,
+        evaluator_timeout: Annotated[
+            float,
+            typer.Option(min=0.0, help="Seconds one evaluator may take before it scores 0 (0: no bound)."),
+        ] = 60.0,
         ray: Annotated[
             str | None,
             ray_option("cases"),
@@ -105,7 +109,8 @@ def build_eval_command() -> Any:
             raise _fail(f"expected one DATASET, got {len(args)} arguments ({_USAGE})", 2)
         if agent is None:
             raise _fail(f"--agent MODULE:ATTR is required ({_USAGE})", 2)
-        report = _evaluate(args[0], agent, repeat, concurrency, out, timeout, progress, ray)
+        bound = evaluator_timeout or None
+        report = _evaluate(args[0], agent, repeat, concurrency, out, timeout, progress, ray, bound)
         from rich.console import Console
 
         console = Console()
@@ -127,6 +132,7 @@ def _evaluate(
     timeout: float | None,
     progress: bool | None,
     ray: str | None,
+    evaluator_timeout: float | None = 60.0,
 ) -> "EvalReport":
     from agentrt.errors import AgentrtError
     from agentrt.evals import Dataset
@@ -143,6 +149,7 @@ def _evaluate(
                 concurrency=concurrency,
                 out=out,
                 timeout=timeout,
+                evaluator_timeout=evaluator_timeout,
                 progress=progress,
                 executor=executor,
             )

@@ -99,6 +99,7 @@ class Dataset:
         progress: bool | Callable[[ProgressUpdate], None] | None = None,
         out: str | Path | None = None,
         executor: Executor | None = None,
+        evaluator_timeout: float | None = 60.0,
     ) -> EvalReport:
         """Run every case against `agent` (each repetition in its own session) and score it.
 
@@ -106,8 +107,10 @@ class Dataset:
         that runs cases in other processes (`RayExecutor`) needs that form, to build the agent there.
 
         `concurrency` bounds the runs in flight (`executor` replaces the default `LocalExecutor`);
-        `timeout` (seconds) ends one run, recorded as its error; it also bounds each evaluator of
-        the run (one that takes longer scores 0, "the evaluator timed out"). `usage_limits` is
+        `timeout` (seconds) ends one run, recorded as its error. `evaluator_timeout` (seconds, 60
+        by default; None: unbounded) bounds each evaluator's scoring of a run, and so does
+        `timeout` when shorter: an evaluator that takes longer scores 0, "the evaluator timed out
+        after N s", and the other evaluators and runs go on. `usage_limits` is
         passed to each call. `progress`: True shows a progress bar on stderr, a callable gets a `ProgressUpdate`
         after each run, None shows the bar when stderr is a terminal. `out`: a directory that gets
         ``results.json`` and ``report.html``.
@@ -124,4 +127,5 @@ class Dataset:
             progress=progress,
             out=out,
             executor=executor,
+            evaluator_timeout=evaluator_timeout,
         )

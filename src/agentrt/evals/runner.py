@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from agentrt.evals.dataset import Dataset
 
 __all__ = [
+    "DEFAULT_EVALUATOR_TIMEOUT",
     "EVAL_USER",
     "RemoteAgentRun",
     "caller",
@@ -37,6 +39,9 @@ __all__ = [
 
 EVAL_USER = "eval"
 """The user id of every evaluation run (each run has its own session id)."""
+
+DEFAULT_EVALUATOR_TIMEOUT = 60.0
+"""Seconds one evaluator may take to score one run (an `LLMJudge` whose model never answers) by default."""
 
 Caller = Callable[[Any, RuntimeContext, Callable[[Any], None]], Awaitable[Msg]]
 
@@ -52,17 +57,19 @@ async def evaluate(
     progress: bool | Callable[[ProgressUpdate], None] | None = None,
     out: str | Path | None = None,
     executor: Executor | None = None,
+    evaluator_timeout: float | None = DEFAULT_EVALUATOR_TIMEOUT,
 ) -> EvalReport:
     """`Dataset.evaluate` (see there)."""
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise InvalidValueError(f"repeat must be an integer >= 1, not {repeat!r}")
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise InvalidValueError(f"timeout must be a number of seconds > 0 or None, not {timeout!r}")
+    scoring_bound = evaluator_bound(evaluator_timeout, timeout)
     executor = executor if executor is not None else LocalExecutor(concurrency)
     target = agent if isinstance(agent, str) else None
     if target is not None:
         agent = await load_agent_async(target)
-    work = _EvalWork(caller(agent, usage_limits), timeout, target, usage_limits)
+    work = _EvalWork(caller(agent, usage_limits), timeout, target, usage_limits, scoring_bound)
     run_id = new_id()[:12]
     jobs = [
         _Job(case, dataset.evaluators_for(case), f"eval-{run_id}-{index}-{rep}", rep)
@@ -154,13 +161,36 @@ async def execute(
     return reply, events, error, time.perf_counter() - started
 
 
-async def run_case(job: _Job, call: Caller, timeout: float | None) -> CaseResult:
+def evaluator_bound(evaluator_timeout: Any, timeout: float | None) -> float | None:
+    """The seconds each evaluator may take: `evaluator_timeout`, or the run's `timeout` when that is shorter.
+
+    None: unbounded (``evaluator_timeout=None`` and no run timeout).
+
+    Raises:
+        InvalidValueError: `evaluator_timeout` is not None nor a finite number of seconds > 0.
+    """
+    if evaluator_timeout is not None and (
+        isinstance(evaluator_timeout, bool)
+        or not isinstance(evaluator_timeout, (int, float))
+        or not math.isfinite(evaluator_timeout)
+        or evaluator_timeout <= 0
+    ):
+        raise InvalidValueError(
+            f"evaluator_timeout must be a finite number of seconds > 0, or None (unbounded), not {evaluator_timeout!r}"
+        )
+    bounds = [float(b) for b in (evaluator_timeout, timeout) if b is not None]
+    return min(bounds) if bounds else None
+
+
+async def run_case(
+    job: _Job, call: Caller, timeout: float | None, evaluator_timeout: float | None = DEFAULT_EVALUATOR_TIMEOUT
+) -> CaseResult:
     """Run one case once in its own session and score it; a failure is recorded, never raised."""
     reply, events, error, latency = await execute(
         call, job.case.input, RuntimeContext(EVAL_USER, job.session_id), timeout
     )
     failure = None if error is None else (str(error), type(error).__name__)
-    return await score_case(job, reply, events, failure, latency, timeout)
+    return await score_case(job, reply, events, failure, latency, evaluator_timeout)
 
 
 async def score_case(
@@ -169,12 +199,13 @@ async def score_case(
     events: list[Any],
     failure: tuple[str, str] | None,
     latency: float,
-    timeout: float | None = None,
+    evaluator_timeout: float | None = DEFAULT_EVALUATOR_TIMEOUT,
 ) -> CaseResult:
     """The `CaseResult` of one run: its scores, or a zero for each evaluator when the run failed.
 
-    Each evaluator gets `timeout` seconds (the runner's per-run timeout; None: unbounded): one that
-    takes longer (an `LLMJudge` whose model never answers) scores 0, "the evaluator timed out".
+    Each evaluator gets `evaluator_timeout` seconds (`evaluator_bound`; None: unbounded): one that
+    takes longer (an `LLMJudge` whose model never answers) scores 0, "the evaluator timed out after
+    N s", and the other evaluators still score the run.
     """
     case = job.case
     usage = usage_of(reply, events)
@@ -198,7 +229,7 @@ async def score_case(
     context = EvalContext(
         case=case, reply=reply, events=events, latency=latency, usage=usage, repetition=job.repetition
     )
-    result.scores = [await _score(e, context, timeout) for e in job.evaluators]
+    result.scores = [await _score(e, context, evaluator_timeout) for e in job.evaluators]
     return result
 
 
@@ -259,11 +290,19 @@ def outcome_of(
 class _EvalWork:
     """The runner's job function: run and score a case here, or split (`remote`) for another process."""
 
-    __slots__ = ("call", "remote", "timeout")
+    __slots__ = ("call", "evaluator_timeout", "remote", "timeout")
 
-    def __init__(self, call: Caller, timeout: float | None, target: str | None, usage_limits: Any) -> None:
+    def __init__(
+        self,
+        call: Caller,
+        timeout: float | None,
+        target: str | None,
+        usage_limits: Any,
+        evaluator_timeout: float | None = DEFAULT_EVALUATOR_TIMEOUT,
+    ) -> None:
         self.call = call
         self.timeout = timeout
+        self.evaluator_timeout = evaluator_timeout
         self.remote = (
             None
             if target is None
@@ -271,7 +310,7 @@ class _EvalWork:
         )
 
     async def __call__(self, job: _Job) -> CaseResult:
-        return await run_case(job, self.call, self.timeout)
+        return await run_case(job, self.call, self.timeout, self.evaluator_timeout)
 
     @staticmethod
     def _payload(job: _Job) -> dict[str, Any]:
@@ -282,22 +321,28 @@ class _EvalWork:
         events = [event_from_dict(e) for e in outcome.get("events") or ()]
         error = outcome.get("error")
         failure = None if error is None else (str(error), str(outcome.get("error_type") or "Exception"))
-        return await score_case(job, reply, events, failure, float(outcome.get("latency") or 0.0), self.timeout)
+        latency = float(outcome.get("latency") or 0.0)
+        return await score_case(job, reply, events, failure, latency, self.evaluator_timeout)
 
 
 async def _score(evaluator: Evaluator, ctx: EvalContext, timeout: float | None = None) -> Score:
+    """`evaluator`'s score of one run, stopped after `timeout` seconds (None: unbounded); never raises.
+
+    Only an evaluator that awaits can be stopped (an `LLMJudge`, an async function): a synchronous
+    function that blocks holds the event loop until it returns.
+    """
+    bound: asyncio.Timeout | None = None
     try:
         if timeout is None:
             score = await evaluator.evaluate(ctx)
         else:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as bound:
                 score = await evaluator.evaluate(ctx)
     except TimeoutError as exc:
-        reason = (
-            f"the evaluator timed out (after {timeout:g} s)"
-            if timeout is not None
-            else f"the evaluator raised TimeoutError: {exc}"
-        )
+        if bound is not None and bound.expired():
+            reason = f"the evaluator timed out after {timeout:g} s"
+        else:  # a TimeoutError of the evaluator's own (its HTTP client's, say), not our bound
+            reason = f"the evaluator raised TimeoutError: {exc}"
         return Score(0.0, reason, evaluator.name, evaluator.threshold)
     except Exception as exc:  # a broken evaluator fails its score, not the evaluation
         return Score(0.0, f"the evaluator raised {type(exc).__name__}: {exc}", evaluator.name, evaluator.threshold)

@@ -20,190 +20,49 @@ normalised once, so each backend binds the same values and a bad one is a typed 
 
 Strings must be valid Unicode (no lone surrogates); keys are strings of at most `MAX_KEY` characters,
 at most `MAX_FILTER_KEYS` of them.
+
+`check_untrusted_filters` reads filters from an untrusted caller (the model's ``search_knowledge``
+arguments, and what a request sends): `check_filters` plus stricter bounds and shapes (no null,
+list or object values, no empty lists, at most `MAX_UNTRUSTED_KEYS` keys, ...). The agent's tool
+uses it, so the model's filters and every other caller's meet the same checks.
+
+The implementation is `agentrt.memory._search_filters`, below the agent layer so that the agent's
+tool can use it (the layering keeps the agent from importing `agentrt.knowledge`); this module is
+its public name.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime
-from typing import Any
-
-from agentrt.errors import InvalidTypeError, InvalidValueError
+from agentrt.memory._search_filters import (
+    MAX_FILTER_KEYS,
+    MAX_KEY,
+    MAX_SOURCES,
+    MAX_TAGS,
+    MAX_UNTRUSTED_KEY,
+    MAX_UNTRUSTED_KEYS,
+    MAX_UNTRUSTED_LIST,
+    MAX_UNTRUSTED_TEXT,
+    RESERVED,
+    canonical_date,
+    check_filters,
+    check_untrusted_filters,
+    finite_unit,
+    json_equal,
+)
 
 __all__ = [
     "MAX_FILTER_KEYS",
     "MAX_KEY",
     "MAX_SOURCES",
     "MAX_TAGS",
+    "MAX_UNTRUSTED_KEY",
+    "MAX_UNTRUSTED_KEYS",
+    "MAX_UNTRUSTED_LIST",
+    "MAX_UNTRUSTED_TEXT",
     "RESERVED",
     "canonical_date",
     "check_filters",
+    "check_untrusted_filters",
     "finite_unit",
     "json_equal",
 ]
-
-MAX_SOURCES = 100
-MAX_TAGS = 50
-MAX_FILTER_KEYS = 32
-MAX_KEY = 256
-MAX_DATE_TEXT = 64
-_MAX_NODES = 1_000
-_MAX_DEPTH = 16
-_INT64 = (-(2**63), 2**63 - 1)
-RESERVED = ("source", "tags", "since", "until")
-
-
-def check_filters(filters: object) -> dict[str, Any] | None:
-    """`filters` checked and normalised (see the module docstring); None when nothing is filtered.
-
-    Idempotent: checking an already checked mapping returns an equal one. ``source`` comes back as
-    a list, ``tags`` as a list, ``since`` / ``until`` as canonical ISO text; reserved keys set to
-    None are left out.
-    """
-    if filters is None:
-        return None
-    if not isinstance(filters, Mapping):
-        raise InvalidTypeError(f"filters must be a mapping, not {type(filters).__name__}")
-    if len(filters) > MAX_FILTER_KEYS:
-        raise InvalidValueError(f"filters may hold at most {MAX_FILTER_KEYS} keys, not {len(filters)}")
-    out: dict[str, Any] = {}
-    for key, value in filters.items():
-        if not isinstance(key, str):
-            raise InvalidTypeError(f"a filter key must be a string, not {type(key).__name__}")
-        if len(key) > MAX_KEY:
-            raise InvalidValueError(f"a filter key may have at most {MAX_KEY} characters")
-        _check_text(key, "a filter key")
-        if key in RESERVED:
-            if value is None:
-                continue
-            if key == "source":
-                out[key] = _strings(value, key, MAX_SOURCES)
-            elif key == "tags":
-                out[key] = _strings(value, key, MAX_TAGS)
-            else:
-                out[key] = canonical_date(value, key)
-        else:
-            out[key] = _json_value(value, key, [0], 0)
-    return out or None
-
-
-def canonical_date(value: object, key: str = "date") -> str:
-    """A ``since`` / ``until`` bound as canonical ISO text: ``YYYY-MM-DD``, or a UTC ``YYYY-MM-DDTHH:MM:SS[.f]``."""
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, date):
-        return value.isoformat()
-    elif isinstance(value, str):
-        text = value.strip()
-        if not text or len(text) > MAX_DATE_TEXT:
-            raise InvalidValueError(f"filter {key!r} must be a date, a datetime or an ISO date, not {value[:80]!r}")
-        try:
-            return date.fromisoformat(text).isoformat()
-        except ValueError:
-            pass
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise InvalidValueError(
-                f"filter {key!r} must be a date, a datetime or an ISO date, not {value[:80]!r}"
-            ) from None
-    else:
-        raise InvalidValueError(
-            f"filter {key!r} must be a date, a datetime or an ISO date string, not {type(value).__name__}"
-        )
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    return moment.isoformat()
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """Equality of two JSON values as the SQL backends compare them: bools are not numbers, 3 == 3.0."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) or isinstance(b, int | float):
-        return isinstance(a, int | float) and isinstance(b, int | float) and a == b
-    if isinstance(a, str) or isinstance(b, str):
-        return isinstance(a, str) and isinstance(b, str) and a == b
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return False
-
-
-def _check_text(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidValueError(f"{what} is not valid Unicode (a lone surrogate)") from None
-
-
-def _strings(value: object, key: str, limit: int) -> list[str]:
-    if isinstance(value, str):
-        items: list[Any] = [value]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    elif isinstance(value, set | frozenset):
-        items = sorted(value, key=repr)
-    else:
-        raise InvalidTypeError(f"filter {key!r} must be a string or a list of strings, not {type(value).__name__}")
-    if len(items) > limit:
-        raise InvalidValueError(f"filter {key!r} may list at most {limit} values, not {len(items)}")
-    for item in items:
-        if not isinstance(item, str):
-            raise InvalidValueError(f"filter {key!r} must be a string or a list of strings, not {value!r:.80}")
-        _check_text(item, f"a value of filter {key!r}")
-    return items
-
-
-def _json_value(value: object, key: str, nodes: list[int], depth: int) -> Any:
-    """`value` if it is JSON (bounded), with tuples as lists; else a typed error naming `key`."""
-    nodes[0] += 1
-    if nodes[0] > _MAX_NODES or depth > _MAX_DEPTH:
-        raise InvalidValueError(f"filter {key!r} is too large a value (at most {_MAX_NODES} items, depth {_MAX_DEPTH})")
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise InvalidValueError(f"filter {key!r}: an integer must fit in 64 bits")
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidValueError(f"filter {key!r}: a number must be finite, not {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        _check_text(value, f"the value of filter {key!r}")
-        return value
-    if isinstance(value, list | tuple):
-        return [_json_value(item, key, nodes, depth + 1) for item in value]
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for name, item in value.items():
-            if not isinstance(name, str):
-                raise InvalidTypeError(f"filter {key!r}: object keys must be strings, not {type(name).__name__}")
-            _check_text(name, f"a key in filter {key!r}")
-            out[name] = _json_value(item, key, nodes, depth + 1)
-        return out
-    raise InvalidTypeError(
-        f"filter {key!r} must be a JSON value (string, number, bool, null, list, object), not {type(value).__name__}"
-    )
-
-
-def finite_unit(vector: Sequence[float]) -> list[float] | None:
-    """`vector` scaled to length 1, or None when it has no direction: empty, zero, or not finite (NaN, inf).
-
-    Scaled by its largest component first, so huge finite components do not overflow the norm.
-    """
-    values = [float(x) for x in vector]
-    if not values or not all(math.isfinite(x) for x in values):
-        return None
-    largest = max(abs(x) for x in values)
-    if largest == 0:
-        return None
-    scaled = [x / largest for x in values]
-    norm = math.sqrt(sum(x * x for x in scaled))
-    out = [x / norm for x in scaled]
-    return out if all(math.isfinite(x) for x in out) else None

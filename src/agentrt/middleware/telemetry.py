@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agentrt import events as ev
 from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.middleware.base import Middleware
-from agentrt.model.base import GenerateOptions, ModelRequest
+from agentrt.model.base import ChatModel, GenerateOptions, ModelRequest
 from agentrt.model.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -46,30 +47,46 @@ class _ModelCallProbe:
     The loop reports streamed chunks only as events, so the first content event marks the first
     token. A call nobody streams gets the probe as its only sink: the loop then builds the
     events of that model call (a few objects per chunk) and the probe drops them.
+
+    The call's `ev.Usage` event names the model that served the reply and its cost (a
+    `FallbackModel` may answer from a fallback, priced as that model, not as the primary).
     """
 
-    __slots__ = ("first_chunk_at", "inner")
+    __slots__ = ("first_chunk_at", "inner", "reply_id", "usage_event")
 
-    def __init__(self, inner: EventSink | None) -> None:
+    def __init__(self, inner: EventSink | None, reply_id: str) -> None:
         self.inner = inner
+        self.reply_id = reply_id
         self.first_chunk_at: float | None = None
+        self.usage_event: ev.Usage | None = None
 
     def __call__(self, event: ev.AgentEvent) -> None:
         if self.first_chunk_at is None and isinstance(event, _FIRST_CHUNK_EVENTS):
             self.first_chunk_at = time.perf_counter()
+        elif isinstance(event, ev.Usage) and event.reply_id == self.reply_id:
+            self.usage_event = event
         if self.inner is not None:
             self.inner(event)
 
 
 @contextmanager
 def _probe(run: Run) -> Iterator[_ModelCallProbe]:
-    probe = _ModelCallProbe(run.emit_fn)
+    probe = _ModelCallProbe(run.emit_fn, run.reply_id)
     run.emit_fn = probe
     try:
         yield probe
     finally:
         # Hooks nest (onion order), so restoring our predecessor undoes exactly our change.
         run.emit_fn = probe.inner
+
+
+def _agent_model(run: Run) -> ChatModel | None:
+    """The run's agent's model; None when it has none or its model id cannot be resolved (the call says why)."""
+    try:
+        model = getattr(run.agent, "model", None)
+    except Exception:
+        return None
+    return model if isinstance(model, ChatModel) else None
 
 
 def _model_of(run: Run) -> tuple[str, str]:
@@ -83,13 +100,67 @@ def _model_of(run: Run) -> tuple[str, str]:
     return str(getattr(model, "provider", "unknown")), str(getattr(model, "model_name", "unknown"))
 
 
-def _call_cost(run: Run, usage: TokenUsage) -> float | None:
-    """The cost in US dollars of one model call of the run's agent that spent `usage` (None: unknown)."""
-    try:
-        model = getattr(run.agent, "model", None)
-    except Exception:  # an unresolvable model id: the call itself reports it
+def _members(model: ChatModel) -> Iterator[ChatModel]:
+    """`model` and every model it wraps or chooses among (`RetryModel`, `FallbackModel`, `TextProtocolModel`)."""
+    stack = [model]
+    seen: set[int] = set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        models = getattr(current, "models", None)
+        if isinstance(models, tuple):
+            stack.extend(m for m in models if isinstance(m, ChatModel))
+        for attribute in ("_inner", "inner"):
+            inner = getattr(current, attribute, None)
+            if isinstance(inner, ChatModel):
+                stack.append(inner)
+
+
+def _chooses(model: ChatModel) -> bool:
+    """Whether another model than `model` itself may serve its calls (a `FallbackModel` in it)."""
+    return any(isinstance(getattr(m, "models", None), tuple) for m in _members(model))
+
+
+def _served_id(run: Run, name: str) -> str:
+    """``provider:model`` of the model named `name` that served a call of the run's agent.
+
+    The agent's model when it chooses no other; else the one model of that name among those it
+    chooses from. ``unknown:{name}`` when none matches, or several of different providers do.
+    """
+    model = _agent_model(run)
+    if model is None or not _chooses(model):
+        provider, configured = _model_of(run)
+        return f"{provider}:{configured}" if configured == name else f"unknown:{name}"
+    found = {m.id for m in _members(model) if m.model_name == name}
+    return found.pop() if len(found) == 1 else f"unknown:{name}"
+
+
+def _valid_cost(cost: object) -> float | None:
+    """`cost` when it is a usable amount of dollars (a finite number >= 0), else None (unknown)."""
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
         return None
-    return cost_of(model, usage) if model is not None else None
+    return float(cost)
+
+
+def _served_call(run: Run, probe: _ModelCallProbe, usage: TokenUsage) -> tuple[str, float | None]:
+    """``(provider:model, cost in US dollars or None)`` of the model that served one call.
+
+    The loop's `ev.Usage` event names the model that served the reply (a `FallbackModel`'s
+    fallback, say) and its cost: the figures of the agent's own usage report. Without that event
+    (a middleware answered without calling the model), the agent's model, unless another model may
+    have served: then the cost is unknown, never a guess.
+    """
+    event = probe.usage_event
+    if event is not None:
+        return _served_id(run, event.model), _valid_cost(event.cost_usd)
+    provider, name = _model_of(run)
+    model = _agent_model(run)
+    if model is None or _chooses(model):
+        return f"{provider}:{name}", None
+    return f"{provider}:{name}", _valid_cost(cost_of(model, usage))
 
 
 def _new_denials(run: Run, since: float) -> list[ToolResultBlock]:
@@ -232,14 +303,20 @@ class TracingMiddleware(Middleware):
                 finally:
                     if probe.first_chunk_at is not None:
                         span.set_attribute(t.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, probe.first_chunk_at - start)
-            span.set_attribute(t.GEN_AI_RESPONSE_MODEL, model)
+            # The model that served the reply: a FallbackModel's fallback, when the primary failed
+            # (left out when a model that may answer with another reported no usage, so no name).
+            served = probe.usage_event
+            if served is not None:
+                span.set_attribute(t.GEN_AI_RESPONSE_MODEL, served.model)
+            elif (configured := _agent_model(run)) is None or not _chooses(configured):
+                span.set_attribute(t.GEN_AI_RESPONSE_MODEL, model)
             finish = msg.metadata.get("finish_reason") if msg.metadata else None
             if finish:
                 span.set_attribute(t.GEN_AI_RESPONSE_FINISH_REASONS, [str(finish)])
             usage = msg.usage
             if usage is not None:
                 self._set_usage(span, usage)
-                cost = _call_cost(run, usage)
+                _, cost = _served_call(run, probe, usage)
                 if cost is not None:
                     span.set_attribute(t.AGENTRT_COST_USD, cost)
             if self.capture_content:
@@ -380,13 +457,14 @@ class MetricsMiddleware(Middleware):
                     m.time_to_first_token.labels(model).observe(probe.first_chunk_at - start)
         usage = msg.usage
         if usage is not None:
+            # Tokens and cost are the serving model's (a FallbackModel's fallback, when the primary failed).
+            served, cost = _served_call(run, probe, usage)
             if usage.input_tokens:
-                m.tokens.labels(model, "input").inc(usage.input_tokens)
+                m.tokens.labels(served, "input").inc(usage.input_tokens)
             if usage.output_tokens:
-                m.tokens.labels(model, "output").inc(usage.output_tokens)
-            cost = _call_cost(run, usage)
+                m.tokens.labels(served, "output").inc(usage.output_tokens)
             if cost is not None:
-                m.cost.labels(model).inc(cost)
+                m.cost.labels(served).inc(cost)
         return msg
 
     async def on_acting(

@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from agentrt.errors import InvalidTypeError, InvalidValueError, UserError
+from agentrt.knowledge.filters import check_untrusted_filters
 from agentrt.knowledge.knowledge import MAX_K, Knowledge, check_name
 from agentrt.server._errors import ApiError, InvalidParameterError, json_response
 from agentrt.server._limits import BodyTooLargeError, id_problem, parse_uint, read_body
@@ -163,7 +164,11 @@ class KnowledgeRoutes:
             filters["source"] = sources
         if tags:
             filters["tags"] = tags
-        found = await kb.search(query, k, filters or None)
+        try:  # an end user's filters: held to what the model's search tool is held to
+            checked = check_untrusted_filters(filters or None)
+        except (InvalidTypeError, InvalidValueError) as exc:
+            raise InvalidParameterError(str(exc), code="invalid_query_parameter", param="source") from None
+        found = await kb.search(query, k, checked)
         return json_response({"kb": kb.name, "query": query, "passages": [_passage(p, with_score=True) for p in found]})
 
     async def get_chunk(self, request: Request) -> Response:

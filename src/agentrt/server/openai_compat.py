@@ -29,11 +29,18 @@ only kind, ``url_citation``, needs a URL and the character range of the cited te
 which a knowledge passage does not have, and stream deltas have no annotations at all. Clients
 that do not know the field ignore it.
 
+Cost: ``usage`` carries an extra ``cost_usd`` field, the run's cost in US dollars (subagents
+included; ``reply.metadata["usage"]["cost_usd"]``), on the ``chat.completion`` object and on the
+usage chunk that ``stream_options.include_usage`` adds. It is ``null`` when a model call of the
+run had no known price (or the agent reports no usage): never a guess. OpenAI's ``CompletionUsage``
+does not forbid extra fields and its clients keep them (``completion.usage.model_extra`` in Python).
+
 ``GET /v1/models`` lists the served agents as models (``GET /v1/models/{id}`` one of them).
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -131,6 +138,19 @@ _MODEL_SCHEMA: dict[str, Any] = {
 }
 
 
+_COST_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}],
+    "description": "agentrt extension: the run's cost in US dollars (subagents included); null when a model "
+    "call of the run had no known price.",
+}
+_COMPLETION_SCHEMA: dict[str, Any] = {
+    "allOf": [
+        schema_ref(ChatCompletion),
+        {"properties": {"usage": {"properties": {"cost_usd": _COST_SCHEMA}}}},
+    ]
+}
+
+
 def openapi_paths(server: ServerContext) -> dict[str, Any]:
     """The facade's part of the OpenAPI document."""
     return {
@@ -197,7 +217,7 @@ def openapi_paths(server: ServerContext) -> dict[str, Any]:
                         "description": "The completion, or with `stream: true` SSE `data:` chunks ending with "
                         "`data: [DONE]`.",
                         "content": {
-                            "application/json": {"schema": schema_ref(ChatCompletion)},
+                            "application/json": {"schema": _COMPLETION_SCHEMA},
                             "text/event-stream": {
                                 "schema": {
                                     "type": "object",
@@ -484,12 +504,14 @@ class _Completion:
             for i, (_, call) in enumerate(self.pending)
         ]
 
-    def _usage(self, usage: TokenUsage | None) -> dict[str, int]:
-        usage = usage or TokenUsage()
+    def _usage(self, reply: Msg) -> dict[str, Any]:
+        """OpenAI's ``CompletionUsage`` of the run, plus the extension ``cost_usd`` (see `_cost`)."""
+        usage = reply.usage or TokenUsage()
         return {
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
+            "cost_usd": _cost(reply),
         }
 
     def _content(self, reply: Msg) -> str:
@@ -517,7 +539,7 @@ class _Completion:
                     "logprobs": None,
                 }
             ],
-            "usage": self._usage(reply.usage),
+            "usage": self._usage(reply),
         }
         citations = citations_of(reply)
         if citations:
@@ -564,7 +586,7 @@ class _Completion:
                     "created": self.created,
                     "model": self.model,
                     "choices": [],
-                    "usage": self._usage(reply.usage),
+                    "usage": self._usage(reply),
                 }
                 frames.append(b"data: " + _json.dumps_bytes(usage_chunk) + b"\n\n")
             frames.append(b"data: [DONE]\n\n")
@@ -576,3 +598,16 @@ class _Completion:
         if error is None:
             error = ApiError(500, "internal server error", code="internal_error")
         return b"data: " + _json.dumps_bytes(error.body()) + b"\n\ndata: [DONE]\n\n"
+
+
+def _cost(reply: Msg) -> float | None:
+    """The run's cost in US dollars from ``reply.metadata["usage"]`` (`agentrt.agent.usage.RunUsage`).
+
+    None when it is unknown: a model call of the run had no known price, or the agent reports no
+    usage (never a guess). Anything but a finite number >= 0 is unknown too.
+    """
+    usage = reply.metadata.get("usage") if reply.metadata else None
+    cost = usage.get("cost_usd") if isinstance(usage, dict) else None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        return None
+    return float(cost)

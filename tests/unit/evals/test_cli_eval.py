@@ -101,3 +101,25 @@ def test_usage_errors_exit_2(project: tuple[Path, str, str]) -> None:
         code, out = invoke(*args)
         assert code == 2, (args, out)
         assert words in out, (args, out)
+
+
+@pytest.mark.parametrize(
+    ("given", "bound"), [((), 60.0), (("--evaluator-timeout", "0.5"), 0.5), (("--evaluator-timeout", "0"), None)]
+)
+def test_evaluator_timeout_reaches_the_runner(
+    project: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch, given: tuple[str, ...], bound: float | None
+) -> None:
+    from agentrt.evals import Dataset
+
+    seen: list[object] = []
+    real = Dataset.evaluate
+
+    async def spy(self: Dataset, agent: object, **kwargs: object) -> object:
+        seen.append(kwargs["evaluator_timeout"])
+        return await real(self, agent, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Dataset, "evaluate", spy)
+    good = project[1]
+    code, out = invoke("eval", "capitals.yaml", "--agent", f"{good}:agent", *given)
+    assert code == 0, out
+    assert seen == [bound]
