@@ -197,7 +197,8 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         reply_id=run.reply_id,
         session_id=run.session_id,
         source=agent.name,
-        add_usage=functools.partial(record_tokens, run),  # tokens spent for a tool (MCP sampling)
+        add_usage=functools.partial(record_tokens, run),  # tokens a tool reports spending
+        meter=RunMeter(run),  # model calls a tool makes for the run (MCP sampling): reserved, priced
         ask=_questions.asker(run),
     )
     resuming = run.state.pending is not None and bool(run.state.pending.calls)

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from agentrt import _json
 from agentrt.agent._run import Run, current_run
+from agentrt.agent.usage import record_tokens
 from agentrt.context import RuntimeContext
 from agentrt.errors import ToolArgumentsError, ToolRetry, ToolSuspended, UsageLimitExceeded, UserError
 from agentrt.events import AgentEvent, RunFinished
@@ -192,8 +193,9 @@ async def _run_child(agent: Delegate, messages: list[Msg], ctx: RuntimeContext) 
             f"{exc.agent!r} reached."
         ) from exc
     if parent is not None and reply.usage is not None and parent.requests == counted:
-        # A delegate that is not an agent run (its model calls were not counted as they happened).
-        parent.add_usage(reply.usage)
+        # A delegate that is not an agent run (its model calls were not counted as they happened):
+        # its tokens count for the parent, its running parents and any pipeline budget.
+        record_tokens(parent, reply.usage)
     return reply
 
 

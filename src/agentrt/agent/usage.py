@@ -355,8 +355,16 @@ class RunMeter:
         reserve_request(self.run, model)
 
     def after(self, model: ChatModel, usage: TokenUsage | None) -> None:
-        """Count the tokens and cost of the call's reply (checked before the next model call)."""
-        record_reply(self.run, model, usage)
+        """Count the tokens and cost of the call's reply (checked before the next model call).
+
+        A streamed call also gets its `Usage` event, so the usage events of a call add up to its
+        ``reply.metadata["usage"]`` whether or not it compressed.
+        """
+        cost = record_reply(self.run, model, usage)
+        if usage is not None and self.run.streaming:
+            from agentrt import events as ev
+
+            self.run.event(ev.Usage, usage=usage, model=model.model_name, cost_usd=cost)
 
 
 def _exceeded(account: Run | Budget, limit: str, limit_value: float, used: float, what: str) -> UsageLimitExceeded:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import mcp_types
 
-from agentrt.errors import UserError
+from agentrt.errors import UsageLimitExceeded, UserError
 from agentrt.mcp._content import sampling_messages
 from agentrt.message import Msg
 from agentrt.tool.questions import (
@@ -238,8 +238,19 @@ class Inbound:
         )
         if self._approval is not False and not await self._approved(request, call):
             return mcp_types.ErrorData(code=USER_REJECTED, message="The user rejected the sampling request")
+        scope = call.scope
+        meter = scope.meter if scope is not None else None
         try:
             model = self._model_instance()
+            if meter is not None:
+                meter.before(model)  # the run's usage limits: refused rather than sent past them
+        except UsageLimitExceeded as exc:
+            logger.info("MCP server %r: sampling refused: %s", request.server, exc)
+            return mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message=f"Sampling refused: {exc}")
+        except Exception as exc:
+            logger.warning("MCP server %r: sampling failed: %s", request.server, _describe(exc))
+            return mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message=f"Sampling failed: {_describe(exc)}")
+        try:
             system = [Msg.system(params.system_prompt)] if params.system_prompt else []
             options = GenerateOptions(
                 max_tokens=params.max_tokens, temperature=params.temperature, stop=params.stop_sequences or None
@@ -248,8 +259,9 @@ class Inbound:
         except Exception as exc:
             logger.warning("MCP server %r: sampling failed: %s", request.server, _describe(exc))
             return mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message=f"Sampling failed: {_describe(exc)}")
-        scope = call.scope
-        if scope is not None and scope.add_usage is not None and reply.usage is not None:
+        if meter is not None:
+            meter.after(model, reply.usage)  # tokens and cost, at the sampling model's price
+        elif scope is not None and scope.add_usage is not None and reply.usage is not None:
             scope.add_usage(reply.usage)
         return mcp_types.CreateMessageResult(
             role="assistant",

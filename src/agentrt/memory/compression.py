@@ -62,6 +62,7 @@ from agentrt.model.tokens import (
     estimate_text_tokens,
 )
 from agentrt.state.base import AgentState
+from agentrt.tool.scope import ModelMeter
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -215,18 +216,14 @@ class RunLike(Protocol):
     def event(self, kind: type[AgentEvent], **fields: Any) -> None: ...
 
 
-class SummaryMeter(Protocol):
-    """The usage accounting of summary calls (the agent's `agentrt.agent.usage.RunMeter`): they are model calls too.
+SummaryMeter = ModelMeter
+"""The usage accounting of summary calls (the agent's `agentrt.agent.usage.RunMeter`): they are model calls too.
 
-    `before` runs right before a summary call is sent and may refuse it by raising
-    `UsageLimitExceeded` (the usage limits of the call compressing): the call is then not made,
-    the tiers applied so far are saved, and the error propagates (the agent call stops). `after`
-    counts what the reply spent (tokens, cost).
-    """
-
-    def before(self, model: ChatModel) -> None: ...
-
-    def after(self, model: ChatModel, usage: TokenUsage | None) -> None: ...
+`before` runs right before a summary call is sent and may refuse it by raising
+`UsageLimitExceeded` (the usage limits of the call compressing): the call is then not made, the
+tiers applied so far are saved, and the error propagates (the agent call stops). `after` counts
+what the reply spent (tokens, cost).
+"""
 
 
 Mode = Literal["auto", "overflow", "manual"]

@@ -29,7 +29,7 @@ from agentrt.message import (
 from agentrt.model._accumulate import META_ARGUMENTS_ERROR
 from agentrt.tool.base import Tool
 from agentrt.tool.questions import AskUser
-from agentrt.tool.scope import CallClock, EventSink, ToolCallScope, UsageSink
+from agentrt.tool.scope import CallClock, EventSink, ModelMeter, ToolCallScope, UsageSink
 
 __all__ = ["META_SUSPENDED", "CallRunner", "ToolExecutor", "error_result", "partition_batches", "to_result"]
 
@@ -111,6 +111,7 @@ class ToolExecutor:
         "_ask",
         "_counts",
         "_emit",
+        "_meter",
         "_reply_id",
         "_semaphore",
         "_session_id",
@@ -131,6 +132,7 @@ class ToolExecutor:
         session_id: str | None = None,
         source: str = "",
         add_usage: UsageSink | None = None,
+        meter: ModelMeter | None = None,
         ask: AskUser | None = None,
     ) -> None:
         self.tools = tools
@@ -143,6 +145,7 @@ class ToolExecutor:
         self._session_id = ctx.key[1] if session_id is None else session_id
         self._source = source
         self._add_usage = add_usage
+        self._meter = meter
         self._ask = ask
 
     def scope(self, call: ToolUseBlock, clock: CallClock | None = None) -> ToolCallScope:
@@ -157,6 +160,7 @@ class ToolExecutor:
             session_id=self._session_id,
             source=self._source,
             add_usage=self._add_usage,
+            meter=self._meter,
             ask=self._ask,
             clock=clock,
         )

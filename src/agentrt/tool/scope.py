@@ -13,19 +13,37 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentrt.context import RuntimeContext
 from agentrt.events import AgentEvent
 from agentrt.message import TokenUsage
 from agentrt.tool.questions import AskUser, ElicitationAnswer, UserQuestion
 
-__all__ = ["CallClock", "EventSink", "ToolCallScope", "UsageSink"]
+if TYPE_CHECKING:
+    from agentrt.model.base import ChatModel
+
+__all__ = ["CallClock", "EventSink", "ModelMeter", "ToolCallScope", "UsageSink"]
 
 EventSink = Callable[[AgentEvent], None]
 """Takes one event into the stream of the run the tool call belongs to."""
 UsageSink = Callable[[TokenUsage], None]
 """Counts tokens spent on behalf of the call (e.g. an MCP server's sampling requests)."""
+
+
+class ModelMeter(Protocol):
+    """The usage accounting of model calls made on a run's behalf outside its loop.
+
+    For a tool's calls (an MCP server's sampling requests) and the compressor's summary calls: the
+    agent's `agentrt.agent.usage.RunMeter`. `before` runs right before the call is sent and may
+    refuse it by raising `UsageLimitExceeded` (the run's usage limits), in which case it is not
+    made; `after` counts what the reply spent (tokens, cost at `model`'s price).
+    """
+
+    def before(self, model: ChatModel) -> None: ...
+
+    def after(self, model: ChatModel, usage: TokenUsage | None) -> None: ...
+
 
 _current: contextvars.ContextVar[ToolCallScope | None] = contextvars.ContextVar("agentrt_tool_call", default=None)
 
@@ -46,6 +64,8 @@ class ToolCallScope:
     source: str = ""
     """The name of the agent running the tool (the events' ``source``)."""
     add_usage: UsageSink | None = None
+    meter: ModelMeter | None = None
+    """Reserves and counts the model calls the tool makes for the run (None: not metered)."""
     ask: AskUser | None = None
     """Puts a question to the run's human and waits for the answer (None: the run has no way to ask)."""
     clock: CallClock | None = None

@@ -25,6 +25,7 @@ from agentrt import (
     UsageLimits,
     tool,
 )
+from agentrt import events as ev
 from agentrt.agent._run import Run
 from agentrt.agent.usage import RunUsage, check_before_request, reserve_request
 from agentrt.memory.compression import META_KEY, ContextConfig
@@ -220,6 +221,25 @@ async def test_summary_calls_count_as_requests_tokens_and_cost() -> None:
     assert spent.requests == 1 + summaries
     assert (spent.input_tokens, spent.output_tokens) == (10 + 7 * summaries, 5 + 3 * summaries)
     assert spent.cost_usd == pytest.approx(10 + 7 * summaries)
+
+
+async def test_the_usage_events_of_a_compressing_call_add_up_to_its_usage() -> None:
+    store = InMemoryStateStore()
+    main = ScriptedModel(["answer"], usage=TokenUsage(input_tokens=10, output_tokens=5), price=PRICE)
+    summary = ScriptedModel(
+        ["the summary"], repeat=True, usage=TokenUsage(input_tokens=7, output_tokens=3), price=PRICE
+    )
+    agent = chatty_agent(main, summary, store)
+    ctx = RuntimeContext("u", "s")
+    await seed_history(agent, ctx)
+    events = [e async for e in agent.stream_events("and now?", ctx)]
+    usages = [e for e in events if isinstance(e, ev.Usage)]
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    spent = RunUsage.from_dict(finished.msg.metadata["usage"])
+    assert len(summary.requests) >= 1 and len(usages) == spent.requests == 1 + len(summary.requests)
+    assert sum(e.usage.input_tokens for e in usages) == spent.input_tokens
+    assert sum(e.usage.output_tokens for e in usages) == spent.output_tokens
+    assert sum(e.cost_usd or 0.0 for e in usages) == pytest.approx(spent.cost_usd)
 
 
 async def test_an_exhausted_budget_makes_no_summary_call_and_stops_after_a_checkpoint() -> None:

@@ -298,13 +298,18 @@ def test_a_flat_table_price_is_computed_without_the_table_calculator(
     # The table's calculator costs ~0.25 ms a call; a flat price must skip it whatever the monotonic
     # clock reads (it starts near zero after boot: an hour of uptime once hid the fast path).
     monkeypatch.setattr(pricing, "_table", {})
-    monkeypatch.setattr(pricing.time, "monotonic", lambda: clock)
+    monkeypatch.setattr("agentrt.model.pricing.time.monotonic", lambda: clock)
     model = ScriptedModel(name="openai:gpt-4o")
     entry = pricing._entry(("openai", "gpt-4o"))
     assert entry is not None
     calls: list[object] = []
     real = entry.info.calc_price
-    monkeypatch.setattr(entry.info, "calc_price", lambda *a, **k: calls.append(a) or real(*a, **k))
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(entry.info, "calc_price", spy)
     for _ in range(3):
         assert pricing.cost_of(model, USAGE) == pytest.approx(GPT4O_CALL)
     assert calls == []

@@ -18,6 +18,7 @@ from agentrt import (
     Msg,
     ReActAgent,
     RuntimeContext,
+    TextBlock,
     Toolkit,
     ToolResultBlock,
     ToolUseBlock,
@@ -352,3 +353,40 @@ def test_call_sync_checks_the_type_too() -> None:
     with pytest.raises(InvalidTypeError):
         sequential([a]).call_sync("go", CTX, usage_limits="requests=1")  # type: ignore[arg-type]  # wrong on purpose
     assert sent(a) == [0]
+
+
+class _Oracle:
+    """A delegate that is not an agent run: it reports its tokens only on its reply."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, input: Any = None, ctx: RuntimeContext | None = None) -> Msg:
+        self.calls += 1
+        return Msg(
+            role="assistant", content=[TextBlock(text="42")], usage=TokenUsage(input_tokens=500, output_tokens=0)
+        )
+
+    async def stream_events(self, input: Any = None, ctx: RuntimeContext | None = None) -> Any:
+        msg = await self.call(input, ctx)
+        yield ev.RunFinished(msg=msg, source=self.name, reply_id=msg.id)
+
+
+async def test_a_non_agent_delegates_tokens_count_against_the_pipeline_budget() -> None:
+    from agentrt.agent.as_tool import agent_as_tool
+
+    oracle = _Oracle()
+    ask = ToolUseBlock(id="a1", name="oracle", input={"task": "the answer?"})
+    asker = ReActAgent(
+        "asker",
+        model=ScriptedModel([Msg(role="assistant", content=[ask]), "it is 42"], repeat=False),
+        toolkit=Toolkit([agent_as_tool(oracle)]),
+        state_store=InMemoryStateStore(),
+    )
+    after = ReActAgent("after", model=ScriptedModel(["never"]), state_store=InMemoryStateStore())
+    with pytest.raises(UsageLimitExceeded) as info:
+        await sequential([asker, after]).call("go", CTX, usage_limits=UsageLimits(input_tokens=400))
+    assert oracle.calls == 1 and info.value.limit == "input_tokens"
+    assert after.model.requests == []  # type: ignore[attr-defined]

@@ -61,7 +61,7 @@ async def test_a_first_call_decodes_only_the_messages_after_the_summary(
     shutil.copy(tmp_path / "a.db", tmp_path / "b.db")
 
     decoded: list[int] = []
-    real = sqlite_store.decode_message
+    real = sqlite_store.decode_message  # type: ignore[attr-defined]
 
     def counting(body: Any) -> Msg:
         decoded.append(1)
