@@ -68,6 +68,8 @@ def build_batch_command() -> Any:
             )
         except AgentrtError as exc:
             raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
+        except (ConnectionError, TimeoutError) as exc:  # OSErrors too, but not of the output file
+            raise _fail(f"cannot reach what the run needs ({type(exc).__name__}): {exc}", 2) from None
         except OSError as exc:
             raise _fail(f"cannot write the output: {exc}", 2) from None
         finally:

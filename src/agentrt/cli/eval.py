@@ -156,6 +156,8 @@ def _evaluate(
         )
     except AgentrtError as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 2) from None
+    except (ConnectionError, TimeoutError) as exc:  # OSErrors too, but not of the report's files
+        raise _fail(f"cannot reach what the run needs ({type(exc).__name__}): {exc}", 2) from None
     except OSError as exc:
         raise _fail(f"cannot write the report: {exc}", 2) from None
     finally:
