@@ -51,6 +51,7 @@ __all__ = [
     "AuthenticationError",
     "ContextWindowExceededError",
     "DuplicateToolError",
+    "FencedError",
     "InvalidAnswerError",
     "InvalidTypeError",
     "InvalidValueError",
@@ -304,6 +305,14 @@ class StateStoreError(AgentrtError):
 
 class StateConflictError(StateStoreError):
     """A write carried a stale revision: another writer changed the session first."""
+
+
+class FencedError(StateStoreError):
+    """A write carried a fencing token older than the current one: its holder lost the lease.
+
+    A process that held a session's lock (or a durable run's job) and was paused or cut off past
+    its lease may not write when it wakes up: another holder took over. Never retried or merged.
+    """
 
 
 class SessionBusyError(StateStoreError):

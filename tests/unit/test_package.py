@@ -110,6 +110,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "AuthenticationError",
         "ContextWindowExceededError",
         "DuplicateToolError",
+        "FencedError",
         "InvalidAnswerError",
         "InvalidTypeError",
         "InvalidValueError",

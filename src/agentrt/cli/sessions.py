@@ -1,9 +1,10 @@
-"""``agentrt sessions``: list, show, export, delete and migrate stored sessions of any state store."""
+"""``agentrt sessions``: list, show, export, delete, prune and migrate stored sessions of any state store."""
 
 # No `from __future__ import annotations`: typer reads these signatures at runtime.
 import asyncio
 import datetime as dt
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -15,9 +16,28 @@ if TYPE_CHECKING:
     from agentrt.message import Msg
     from agentrt.state.base import AgentState, AgentStateStore
 
-__all__ = ["build_sessions_app", "render_messages"]
+__all__ = ["build_sessions_app", "parse_duration", "render_messages"]
 
 T = TypeVar("T")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhdw])+")
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration like ``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` or ``1h30m``.
+
+    Raises ValueError (naming the accepted forms) for anything else: a bare number has no unit
+    and is refused rather than guessed.
+    """
+    compact = text.strip().lower().replace(" ", "")
+    if not _DURATION.fullmatch(compact):
+        raise ValueError(
+            f"{text!r} is not a duration: use a number and a unit, like 30d, 12h, 90m or 3600s "
+            "(s seconds, m minutes, h hours, d days, w weeks)"
+        )
+    return sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(compact))
 
 
 def _run(url: str | None, work: "Callable[[AgentStateStore], Awaitable[T]]") -> T:
@@ -162,6 +182,39 @@ def build_sessions_app() -> "typer.Typer":
         _delete(store, user, session, agent, yes=yes)
 
     @app.command()
+    def prune(
+        older_than: Annotated[
+            str,
+            typer.Option(
+                "--older-than", help="Delete sessions not written for this long: 30d, 12h, 90m, 3600s (also w, 1h30m)."
+            ),
+        ],
+        store: Annotated[str | None, store_opt] = None,
+        user: Annotated[
+            str | None, typer.Option("--user", "-u", help="Only this user's sessions (default: every user's).")
+        ] = None,
+        agent: Annotated[
+            str | None,
+            typer.Option(
+                "--agent", "-a", help="Only this agent's sessions ('' for sessions without an agent; default: all)."
+            ),
+        ] = None,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Only count the sessions that would be deleted.")
+        ] = False,
+    ) -> None:
+        """Delete the sessions idle for longer than --older-than (sessions locked by a running call stay).
+
+        Each session goes whole: its messages, pending approvals and index entries. Exits 2 for a
+        malformed duration.
+        """
+        try:
+            seconds = parse_duration(older_than)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--older-than") from None
+        _prune(store, seconds, older_than, user, agent, dry_run=dry_run)
+
+    @app.command()
     def migrate(
         agent: Annotated[str, typer.Option("--agent", "-a", help="The agent (its state_key) sessions move to.")],
         store: Annotated[str | None, store_opt] = None,
@@ -277,6 +330,36 @@ def _delete(store: str | None, user: str, session: str, agent: str | None, *, ye
         Console().print(f"no {_whose(session, user, agent)}", highlight=False)
         raise typer.Exit(1)
     Console().print(f"deleted {_whose(session, user, done[0])}", highlight=False)
+
+
+def _prune(
+    store: str | None, seconds: float, shown: str, user: str | None, agent: str | None, *, dry_run: bool
+) -> None:
+    """``sessions prune``: delete (or count) the idle sessions and say how many."""
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
+
+    from agentrt.errors import AgentrtError
+
+    async def work(s: "AgentStateStore") -> int:
+        pruner = getattr(s, "prune", None)
+        if pruner is None:
+            raise typer.BadParameter(f"{type(s).__name__} cannot prune sessions")
+        count: int = await pruner(seconds, user_id=user, agent=agent, dry_run=dry_run)
+        return count
+
+    try:
+        count = _run(store, work)
+    except AgentrtError as exc:
+        Console(stderr=True).print(f"[red]{type(exc).__name__}: {escape(str(exc))}[/]", highlight=False)
+        raise typer.Exit(1) from None
+    scope = (f" of user {user!r}" if user is not None else "") + (f" of agent {agent!r}" if agent is not None else "")
+    what = f"{count} session{'' if count == 1 else 's'}{scope} idle for more than {shown.strip()}"
+    if dry_run:
+        Console().print(f"{what} would be deleted (dry run: nothing deleted)", highlight=False)
+    else:
+        Console().print(f"deleted {what}", highlight=False)
 
 
 def _migrate(store: str | None, agent: str, user: str | None, *, all_unprefixed: bool, prefix: str | None) -> None:

@@ -96,6 +96,7 @@ async def check_knowledge_store(make_store: StoreFactory, *, persistent: bool = 
         await _vectors(run)
         await _hostile_queries(run)
         await _large_k(run)
+        await _delete_namespace(run)
         if persistent:
             await _persistence(run, make_store)
     finally:
@@ -532,3 +533,33 @@ async def _persistence(run: _Run, factory: StoreFactory) -> None:
         assert _ids(await other.search_text(ns, "kb", "pineapple", 5)) == [doc.chunks[0].chunk_id]
     finally:
         await other.close()
+
+
+async def _delete_namespace(run: _Run) -> None:
+    """`delete_namespace` / `delete_user` (optional: data-protection requests) empty one namespace, whole."""
+    store: Any = run.store
+    if not hasattr(store, "delete_namespace"):
+        return
+    gone, kept = run.namespace("erase"), run.namespace("erase-kept")
+    longer = gone + "x"
+    run.namespaces.append(longer)
+    docs = [_doc("a.md", ["passport numbers are secret"], kb="kb1"), _doc("b.md", ["elm street address"], kb="kb1")]
+    for doc in docs:
+        await doc.put(store, gone, "kb1")
+    other_kb = _doc("c.md", ["passport photo booth"], kb="kb2")
+    await other_kb.put(store, gone, "kb2")
+    await _doc("a.md", ["passport numbers are secret"], kb="kb1").put(store, kept, "kb1")
+    await _doc("a.md", ["passport numbers are secret"], kb="kb1").put(store, longer, "kb1")
+    assert await store.delete_namespace(gone) == 3, "delete_namespace returns how many documents it held"
+    assert await store.kbs(gone) == [], "a deleted namespace has no kbs"
+    for kb in ("kb1", "kb2"):
+        assert await store.documents(gone, kb) == [], "a deleted namespace has no documents"
+        assert not await store.search_text(gone, kb, "passport street", 10), "a deleted namespace finds nothing"
+    assert await store.chunk(gone, "kb2", next(iter(other_kb.ids))) is None, "its chunks are gone"
+    for namespace in (kept, longer):
+        assert [d.source for d in await store.documents(namespace, "kb1")] == ["a.md"], "other namespaces stay"
+        assert len(await store.search_text(namespace, "kb1", "passport", 10)) == 1, "other namespaces stay searchable"
+    assert await store.delete_namespace(gone) == 0, "deleting a namespace again deletes nothing"
+    if hasattr(store, "delete_user"):
+        assert await store.delete_user(kept) == 1, "delete_user deletes the namespace named by the user id"
+        assert await store.kbs(kept) == []

@@ -63,6 +63,7 @@ async def check_long_term_memory(factory: MemoryFactory, *, persistent: bool = F
         await memory.close()
     await _ttl(factory)
     await _cap(factory)
+    await _delete_user(factory, persistent)
     if persistent:
         await _persistence(factory)
 
@@ -244,3 +245,35 @@ async def _persistence(factory: MemoryFactory) -> None:
         assert [i.id for i in await second.retrieve(user, "volcanoes")] == [item.id]
     finally:
         await second.close()
+
+
+async def _delete_user(factory: MemoryFactory, persistent: bool) -> None:
+    """`delete_user` (optional: a data-protection request) forgets every item of the user and nothing else."""
+    memory = await _make(factory, ttl=timedelta(days=30), cap=50, clock=FakeClock())
+    try:
+        delete_user = getattr(memory, "delete_user", None)
+        if delete_user is None:
+            return
+        user, other = _user("erase"), _user("erase-other")
+        longer = user + "x"
+        await memory.record(user, ["The user's passport number is X123", "The user lives at 1 Elm Street"])
+        await memory.record(other, ["The user's passport number is X123"])
+        await memory.record(longer, ["The user lives at 1 Elm Street"])
+        assert await delete_user(user) == 2, "delete_user returns how many items the user had"
+        assert await memory.list(user) == [], "a deleted user has no items"
+        assert await memory.retrieve(user, "passport number Elm Street") == [], "a deleted user retrieves nothing"
+        assert _texts(await memory.list(other)) == ["The user's passport number is X123"], "others keep theirs"
+        assert len(await memory.list(longer)) == 1, "a user whose id starts with the deleted one's keeps theirs"
+        assert await delete_user(user) == 0, "deleting a user again deletes nothing"
+        (again,) = await memory.record(user, ["The user's passport number is X123"])
+        assert [i.id for i in await memory.list(user)] == [again.id], "a deleted user can start again"
+        for who in (user, other, longer):
+            await delete_user(who)
+    finally:
+        await memory.close()
+    if persistent:
+        second = await _make(factory, ttl=timedelta(days=30), cap=50, clock=FakeClock())
+        try:
+            assert await second.list(user) == [], "another memory on the same storage sees the user deleted"
+        finally:
+            await second.close()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import math
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any, Protocol, Self, overload, runtime_checkable
 
-from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError
+from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictError, UserError
 from agentrt.message import Msg
 from agentrt.state.cache import SessionCache
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
@@ -36,7 +38,11 @@ __all__ = [
     "StateView",
     "check_agent",
     "check_expected_revision",
+    "check_idle_ttl",
+    "check_older_than",
+    "check_prune_limit",
     "check_since_index",
+    "is_idle",
     "legacy_target",
 ]
 
@@ -204,6 +210,112 @@ class BaseStateStore(abc.ABC):
             locks = self._locks = LocalSessionLocks()
         return locks.hold((check_agent(agent), user_id, session_id), timeout=timeout)
 
+    # -- retention --------------------------------------------------------------------------------
+
+    _idle_ttl: float | None = None
+
+    @property
+    def idle_ttl(self) -> float | None:
+        """Seconds a session may go unwritten before it reads as missing (None: sessions are kept forever).
+
+        Set with the store's ``idle_ttl=`` option. A session last written (`updated_at`) more than
+        `idle_ttl` seconds ago is not returned by `load`, `load_view`, `load_context` or
+        `list_sessions`, and is deleted when one of them comes across it (a `load` deletes it even
+        while its lock is held: the holder may be about to start it again at revision 0; a listing
+        leaves a locked one to a later access) and by `prune`. `RedisStateStore` expires sessions
+        natively instead, counting loads as use too.
+        """
+        return self._idle_ttl
+
+    def _idle_cutoff(self) -> float | None:
+        """Sessions last written before this time are expired; None without `idle_ttl`."""
+        ttl = self._idle_ttl
+        return None if ttl is None else time.time() - ttl
+
+    async def prune(
+        self,
+        older_than: float,
+        *,
+        user_id: str | None = None,
+        agent: str | None = None,
+        limit: int | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete the sessions last written more than `older_than` seconds ago; how many went.
+
+        Each session goes whole (its messages, pending calls and index entries with it). Only the
+        sessions of `user_id` and / or of `agent` (its state_key; ``""`` for the legacy namespace)
+        when given, at most `limit` of them (oldest first where the store can sort). A session
+        whose lock is held (a call running on it) is skipped, as far as the store can tell
+        cheaply: every store sees the locks held in its own process; `SqlStateStore` and
+        `RedisStateStore` see every process's. A session written while the prune runs is kept.
+        With `dry_run`, nothing is deleted: the count is of the sessions that would go.
+
+        Raises:
+            InvalidTypeError: `older_than` is not a number, `user_id` not a str, `limit` not an int.
+            InvalidValueError: `older_than` is negative or not finite, `limit` is negative.
+        """
+        older_than = check_older_than(older_than)
+        if user_id is not None and not isinstance(user_id, str):
+            raise InvalidTypeError(f"user_id must be a str or None, not {type(user_id).__name__}")
+        if agent is not None:
+            check_agent(agent)
+        limit = check_prune_limit(limit)
+        if limit == 0:
+            return 0
+        cutoff = time.time() - older_than
+        return await self._prune(
+            cutoff, user_id=user_id, agent=agent, limit=limit, dry_run=bool(dry_run), skip_locked=True
+        )
+
+    async def delete_user(self, user_id: str) -> int:
+        """Delete every session of `user_id`, of every agent (locked ones too); how many there were.
+
+        For data-protection requests: nothing of the user's sessions is left (messages, fields,
+        index entries). Idempotent: a second call returns 0. See `agentrt.retention.forget_user`
+        for a user's long-term memory and knowledge too.
+        """
+        if not isinstance(user_id, str):
+            raise InvalidTypeError(f"user_id must be a str, not {type(user_id).__name__}")
+        return await self._prune(None, user_id=user_id, agent=None, limit=None, dry_run=False, skip_locked=False)
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """Delete (or with `dry_run` count) the matching sessions written before `cutoff` (None: all).
+
+        Backends override this with a native version. This generic one works one user at a time
+        (`list_sessions`, then `delete` of each match: a session written in between is deleted
+        anyway) and skips the sessions locked in this process when `skip_locked`.
+        """
+        if user_id is None:
+            raise UserError(f"{type(self).__name__} can prune only one user's sessions at a time: pass user_id")
+        held = self._locally_held() if skip_locked else frozenset()
+        count = 0
+        for info in await self.list_sessions(user_id, agent=agent):
+            if limit is not None and count >= limit:
+                break
+            if not is_idle(info.updated_at, cutoff) or (info.agent, info.user_id, info.session_id) in held:
+                continue
+            if dry_run or await self.delete(user_id, info.session_id, agent=info.agent):
+                count += 1
+        return count
+
+    def _locally_held(self) -> frozenset[Any]:
+        """The ``(agent, user_id, session_id)`` of the sessions whose in-process lock is held now."""
+        locks = self._locks
+        if locks is None:
+            return frozenset()
+        # LocalSessionLocks keeps one entry per (event loop, key) while anyone holds or waits
+        return frozenset(key for (_, key), entry in locks._entries.items() if entry.lock.locked())
+
     # -- the legacy namespace ---------------------------------------------------------------------
 
     @property
@@ -332,6 +444,49 @@ def check_agent(agent: object) -> str:
     if not isinstance(agent, str):
         raise InvalidTypeError(f"agent must be a str (the agent's state_key), not {type(agent).__name__}")
     return agent
+
+
+def is_idle(updated_at: float, cutoff: float | None) -> bool:
+    """Whether a session last written at `updated_at` is older than `cutoff` (None: every session is)."""
+    return cutoff is None or updated_at < cutoff
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTypeError(f"{what} must be a number of seconds, not {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise InvalidValueError(f"{what} must be a finite number of seconds, not {value!r}")
+    return seconds
+
+
+def check_idle_ttl(value: object, what: str = "idle_ttl") -> float | None:
+    """`value` as seconds if it is a positive finite number, None for None; else a typed error."""
+    if value is None:
+        return None
+    seconds = _seconds(value, what)
+    if seconds <= 0:
+        raise InvalidValueError(f"{what} must be a positive number of seconds or None, not {value!r}")
+    return seconds
+
+
+def check_older_than(value: object) -> float:
+    """`value` as seconds if it is a finite number >= 0 (the `older_than` of `prune`), else a typed error."""
+    seconds = _seconds(value, "older_than")
+    if seconds < 0:
+        raise InvalidValueError(f"older_than must not be negative, not {value!r}")
+    return seconds
+
+
+def check_prune_limit(value: object) -> int | None:
+    """`value` if it is None or an int >= 0 (the `limit` of `prune`), else a typed error."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"limit must be an int >= 0 or None, not {value!r}")
+    if value < 0:
+        raise InvalidValueError(f"limit must not be negative, not {value}")
+    return int(value)
 
 
 MAX_REVISION = 2**63 - 1

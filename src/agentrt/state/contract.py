@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,6 +16,7 @@ from agentrt.errors import (
     SessionBusyError,
     StateConflictError,
     StateStoreError,
+    UserError,
 )
 from agentrt.message import (
     Base64Source,
@@ -28,13 +30,19 @@ from agentrt.message import (
 )
 from agentrt.state.base import MAX_REVISION, AgentState, AgentStateStore
 from agentrt.state.pending import Pending, PendingCall
+from agentrt.state.session import CONTEXT_MIN_MESSAGES
 
 __all__ = ["check_state_store"]
 
 StoreFactory = Callable[[], "AgentStateStore | Awaitable[AgentStateStore]"]
+IdleStoreFactory = Callable[[float], "AgentStateStore | Awaitable[AgentStateStore]"]
+
+IDLE_TTL = 1.0
+"""The `idle_ttl` (seconds) the idle-expiry check gives its store; the check sleeps 1.2 times that."""
 
 
-async def _make(factory: StoreFactory) -> AgentStateStore:
+async def _make(factory: Callable[[], Any]) -> Any:
+    """A store from `factory` (sync or async); typed Any: the optional methods are checked for by name."""
     store = factory()
     if inspect.isawaitable(store):
         store = await store
@@ -86,13 +94,24 @@ async def _expect(error: type[Exception], action: Awaitable[Any], what: str) -> 
     raise AssertionError(f"{what}: expected {error.__name__}")
 
 
-async def check_state_store(factory: StoreFactory, *, persistent: bool = False) -> None:
+async def check_state_store(
+    factory: StoreFactory, *, persistent: bool = False, idle_ttl_factory: IdleStoreFactory | None = None
+) -> None:
     """Run the store contract against stores made by `factory` (sync or async, returning a fresh store).
 
     With ``persistent=True`` a second store made by `factory` must see what the first one wrote
     (files, databases, Redis). Raises AssertionError naming the first broken rule. Every check
     uses its own random user ids, so the suite can run against a shared database. Stores that have
-    ``migrate_legacy`` (every `BaseStateStore`) get their legacy migration checked too.
+    ``migrate_legacy`` (every `BaseStateStore`) get their legacy migration checked too, and those
+    that have ``prune`` and ``delete_user`` (every `BaseStateStore`) their retention: pruned and
+    deleted sessions are gone whole (a session created again at their address starts empty),
+    locked ones are skipped, other users' and fresher sessions stay. Prunes are always limited to
+    the check's own users or agents, never the whole database.
+
+    ``idle_ttl_factory(seconds)`` (sync or async), when given, makes a store with
+    ``idle_ttl=seconds`` over the same data as `factory` (or a fresh one, for in-memory stores):
+    sessions left unwritten for longer must read as missing everywhere, be deleted (not only
+    hidden), and sessions written meanwhile must stay. That check sleeps about 1.2 s.
     """
     store = await _make(factory)
     try:
@@ -100,6 +119,8 @@ async def check_state_store(factory: StoreFactory, *, persistent: bool = False) 
     finally:
         await store.close()
         await store.close()  # closing twice must be harmless
+    if idle_ttl_factory is not None:
+        await _check_idle_ttl(idle_ttl_factory, factory, persistent, f"idle-{uuid.uuid4().hex[:8]}")
 
 
 async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent: bool) -> None:
@@ -272,6 +293,10 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
     await _check_agents(store, agents_user)
     if hasattr(store, "migrate_legacy"):
         await _check_migration(store, f"legacy-{run}")
+    if hasattr(store, "prune"):
+        await _check_prune(store, run)
+    if hasattr(store, "delete_user"):
+        await _check_delete_user(store, factory, persistent, run)
 
     # a second store instance sees the same data (persistent backends) or is independent (in-memory)
     second_store = await _make(factory)
@@ -568,3 +593,155 @@ async def _check_migration(store: Any, user: str) -> None:
     listed = {(s.agent, s.session_id) for s in await store.list_sessions(user, agent="alpha")}
     assert listed == {("alpha", "one"), ("alpha", "two"), ("alpha", "plain"), ("alpha", "taken"), ("alpha", "z")}
     assert isinstance(store.has_legacy_sessions, bool)
+
+
+async def _is_empty_again(store: Any, user: str, session: str, agent: str, what: str) -> None:
+    """The session is gone whole: it loads as missing and starts again at revision 1 with only the new message.
+
+    A message left behind (a row, a list entry, a line) would show up in the new transcript, or
+    collide with the new message's position.
+    """
+    assert await store.load(user, session, agent=agent) is None, f"{what}: the session must be gone"
+    rev = await store.append(user, session, [Msg.user("anew")], expected_revision=0, agent=agent)
+    state = await store.load(user, session, agent=agent)
+    assert rev == 1 and state is not None, f"{what}: the session must start again at revision 1"
+    assert [m.text for m in state.messages] == ["anew"], f"{what}: nothing of the old session may be left"
+    assert state.pending is None and state.summary is None, f"{what}: no field of the old session may be left"
+    await store.delete(user, session, agent=agent)
+
+
+async def _check_prune(store: Any, run: str) -> None:
+    """`prune` deletes the matching sessions idle past `older_than`, whole; skips locked ones; keeps the rest."""
+    user, other, agent = f"prune-{run}", f"prune-other-{run}", f"prune-agent-{run}"
+    pending = Pending(reply_id="r", calls=(PendingCall(id="c", name="search", input={}, kind="confirm"),))
+    old = [(user, "old", ""), (user, "old", agent), (user, "locked", ""), (other, "old", agent)]
+    for u, sid, a in old:
+        await store.append(
+            u, sid, _sample_messages(sid), fields={"summary": "s", "pending": pending}, expected_revision=0, agent=a
+        )
+    await asyncio.sleep(0.2)
+    middle = time.time()
+    await asyncio.sleep(0.2)
+    for u, sid, a in [(user, "new", ""), (user, "new", agent), (other, "new", agent)]:
+        await store.append(u, sid, [Msg.user("new")], expected_revision=0, agent=a)
+
+    def older_than() -> float:
+        return time.time() - middle  # the sessions written before `middle` are older than this
+
+    for bad, error in ((-1, InvalidValueError), (float("nan"), InvalidValueError), ("1d", InvalidTypeError)):
+        await _expect(error, store.prune(bad, user_id=user), f"prune(older_than={bad!r})")
+    await _expect(InvalidValueError, store.prune(1, user_id=user, limit=-1), "prune(limit=-1)")
+    await _expect(InvalidTypeError, store.prune(1, user_id=user, limit=1.5), "prune(limit=1.5)")
+    assert await store.prune(older_than(), user_id=user, limit=0) == 0, "prune(limit=0) deletes nothing"
+
+    async with store.session_lock(user, "locked"):
+        assert await store.prune(older_than(), user_id=user, dry_run=True) == 2, (
+            "a dry run counts the user's idle sessions (of every agent), not the locked one"
+        )
+        assert await store.load(user, "old") is not None, "a dry run deletes nothing"
+        assert await store.prune(older_than(), user_id=user, agent="", limit=5) == 1, "prune of one user and agent"
+        assert await store.load(user, "old", agent=agent) is not None, "another agent's session stays"
+        try:
+            first = await store.prune(older_than(), agent=agent, limit=1)
+            second = await store.prune(older_than(), agent=agent)
+        except UserError:  # a store that prunes one user at a time says so, and deletes nothing
+            first = await store.prune(older_than(), user_id=user, agent=agent, limit=1)
+            second = await store.prune(older_than(), user_id=other, agent=agent)
+        assert (first, second) == (1, 1), f"prune of one agent across users, limit capping it: {first}, {second}"
+        assert await store.prune(older_than(), user_id=user) == 0, "a locked session is never pruned"
+        assert await store.prune(older_than(), user_id=other, dry_run=True) == 0, "nothing idle is left to prune"
+    assert await store.load(user, "locked") is not None, "the locked session stays"
+    for u, sid, a in [(user, "new", ""), (user, "new", agent), (other, "new", agent)]:
+        kept = await store.load(u, sid, agent=a)
+        assert kept is not None and [m.text for m in kept.messages] == ["new"], "fresher sessions stay as they were"
+    listed = {(s.agent, s.session_id) for s in await store.list_sessions(user)}
+    assert listed == {("", "locked"), ("", "new"), (agent, "new")}, f"pruned sessions leave the listing: {listed}"
+    for u, sid, a in old[:2] + old[3:]:
+        await _is_empty_again(store, u, sid, a, f"a pruned session ({sid!r} of agent {a!r})")
+    assert await store.prune(older_than(), user_id=user) == 1, "the session goes once its lock is free"
+    assert await store.load(user, "locked") is None
+    for u, sid, a in [(user, "new", ""), (user, "new", agent), (other, "new", agent)]:
+        await store.delete(u, sid, agent=a)
+
+
+async def _check_delete_user(store: Any, factory: StoreFactory, persistent: bool, run: str) -> None:
+    """`delete_user` deletes every session of the user, of every agent (locked too), and nothing else."""
+    user, other = f"forget-{run}", f"forget-other-{run}"
+    pending = Pending(reply_id="r", calls=(PendingCall(id="c", name="search", input={}, kind="confirm"),))
+    mine = [("", "one"), ("", "two"), ("alpha", "one"), ("beta", "x" * 200), ("alpha", "a:b")]
+    for agent, sid in mine:
+        await store.append(
+            user, sid, _sample_messages(sid), fields={"pending": pending}, expected_revision=0, agent=agent
+        )
+    for agent, sid in [("", "one"), ("alpha", "one")]:
+        await store.append(other, sid, [Msg.user(f"theirs {agent}")], expected_revision=0, agent=agent)
+    await store.append(f"{user}x", "one", [Msg.user("a longer id")], expected_revision=0)
+    async with store.session_lock(user, "two"):
+        deleted = await store.delete_user(user)
+    assert deleted == len(mine), f"delete_user counts the user's sessions ({len(mine)}), not {deleted}"
+    assert await store.list_sessions(user) == [], "no session of a deleted user is listed"
+    for agent, sid in mine:
+        assert await store.load(user, sid, agent=agent) is None, f"session {sid!r} of agent {agent!r} must be gone"
+    for agent, sid in [("", "one"), ("alpha", "one")]:
+        theirs = await store.load(other, sid, agent=agent)
+        assert theirs is not None and theirs.messages[0].text == f"theirs {agent}", "another user's sessions stay"
+    kept = await store.load(f"{user}x", "one")
+    assert kept is not None, "a user whose id starts with the deleted one's keeps their sessions"
+    assert await store.delete_user(user) == 0, "deleting a user again deletes nothing"
+    if persistent:
+        fresh = await _make(factory)
+        try:
+            assert await fresh.list_sessions(user) == [], "another store instance sees no session of the user"
+            assert await fresh.load(user, "one", agent="alpha") is None
+            assert await fresh.load(other, "one", agent="alpha") is not None
+        finally:
+            await fresh.close()
+    for agent, sid in mine:
+        await _is_empty_again(store, user, sid, agent, f"session {sid!r} of agent {agent!r} of a deleted user")
+    for u in (other, f"{user}x"):
+        assert await store.delete_user(u) >= 1
+
+
+async def _check_idle_ttl(idle_factory: IdleStoreFactory, factory: StoreFactory, persistent: bool, user: str) -> None:
+    """With `idle_ttl`, a session unwritten for longer reads as missing everywhere and is deleted."""
+    store = await _make(lambda: idle_factory(IDLE_TTL))
+    try:
+        got = getattr(store, "idle_ttl", IDLE_TTL)
+        assert got == IDLE_TTL, f"idle_ttl must be what the store was given ({IDLE_TTL}), not {got!r}"
+        n = CONTEXT_MIN_MESSAGES + 8
+        long = [Msg.user(f"m{i}") for i in range(n)]
+        await store.append(user, "old", _sample_messages("old"), expected_revision=0)
+        await store.append(user, "view", _sample_messages("view"), expected_revision=0, agent="ia")
+        rev = await store.append(user, "context", long, expected_revision=0, agent="ia")
+        await store.append(
+            user, "context", [], fields={"summary": "s", "summary_index": n - 4}, expected_revision=rev, agent="ia"
+        )
+        await store.append(user, "listed", [Msg.user("listed")], expected_revision=0)
+        rev = await store.append(user, "kept", [Msg.user("kept")], expected_revision=0)
+        await asyncio.sleep(IDLE_TTL * 0.6)
+        await store.append(user, "kept", [Msg.user("again")], expected_revision=rev)  # written: idle time restarts
+        await asyncio.sleep(IDLE_TTL * 0.6)
+        await store.append(user, "fresh", [Msg.user("fresh")], expected_revision=0)
+        listed = {(s.agent, s.session_id) for s in await store.list_sessions(user)}
+        assert listed == {("", "kept"), ("", "fresh")}, f"idle sessions must not be listed: {listed}"
+        kept = await store.load(user, "kept")
+        assert kept is not None and [m.text for m in kept.messages] == ["kept", "again"], "a written session stays"
+        assert await store.load(user, "old") is None, "load of an idle session must return None"
+        assert await store.load_view(user, "view", agent="ia") is None, "load_view of an idle session must be None"
+        load_context = getattr(store, "load_context", None)
+        if load_context is not None:
+            assert await load_context(user, "context", agent="ia") is None, "load_context of an idle session: None"
+        for sid, agent in (("old", ""), ("view", "ia"), ("context", "ia")):
+            # deleted, not only hidden: the address starts afresh at revision 0
+            await _is_empty_again(store, user, sid, agent, f"an idle session ({sid!r}) once read")
+    finally:
+        await store.close()
+    if persistent:
+        plain = await _make(factory)
+        try:
+            assert await plain.load(user, "listed") is None, "an idle session a listing came across is deleted"
+            assert await plain.load(user, "fresh") is not None, "a store without idle_ttl sees the live sessions"
+            if hasattr(plain, "delete_user"):
+                await plain.delete_user(user)
+        finally:
+            await plain.close()

@@ -22,6 +22,8 @@ order and only one of them polls Redis), then the Redis lock:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Hashable
@@ -30,7 +32,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from agentrt.errors import StateStoreError
-from agentrt.state.locks import LocalSessionLocks, SessionLockHold, poll_pause
+from agentrt.state.locks import LocalSessionLocks, SessionLockHold, held_fence, poll_pause
 
 __all__ = ["RedisLockScripts", "RedisSessionLock"]
 
@@ -111,6 +113,7 @@ class RedisSessionLock(SessionLockHold):
         "_error",
         "_fence_key",
         "_fence_retention_ms",
+        "_fence_var",
         "_lock_key",
         "_lock_ttl",
         "_lost",
@@ -154,6 +157,7 @@ class RedisSessionLock(SessionLockHold):
         self._stopping = False
         self._lost = False
         self.fencing_token: int | None = None
+        self._fence_var: contextvars.Token[tuple[str, int] | None] | None = None
 
     @property
     def lost(self) -> bool:
@@ -179,9 +183,15 @@ class RedisSessionLock(SessionLockHold):
             raise
         self._stopping = False
         self._renewal = asyncio.create_task(self._renew(), name=f"agentrt-lock-renewal {self._describe}")
+        assert self.fencing_token is not None
+        self._fence_var = held_fence.set((self._fence_key, self.fencing_token))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        fence_var, self._fence_var = self._fence_var, None
+        if fence_var is not None:
+            with contextlib.suppress(ValueError):  # set in another context (an exit from elsewhere)
+                held_fence.reset(fence_var)
         renewal, self._renewal = self._renewal, None
         try:
             # shielded: a (further) cancellation must not leave the lock held until it expires

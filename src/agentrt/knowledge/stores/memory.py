@@ -185,6 +185,15 @@ class MemoryKnowledgeStore:
     async def drop(self, namespace: str, kb: str) -> int:
         return len(self._kbs.pop((namespace, kb), {}))
 
+    async def delete_namespace(self, namespace: str) -> int:
+        """Delete every kb of the namespace; returns how many documents they held."""
+        keys = [key for key in self._kbs if key[0] == namespace]
+        return sum(len(self._kbs.pop(key)) for key in keys)
+
+    async def delete_user(self, user_id: str) -> int:
+        """`delete_namespace` of the user's namespace (the user id, as the server and per-user kbs use)."""
+        return await self.delete_namespace(user_id)
+
     async def chunk(self, namespace: str, kb: str, chunk_id: str) -> Passage | None:
         for entry in self._kbs.get((namespace, kb), {}).values():
             for chunk in entry.chunks:

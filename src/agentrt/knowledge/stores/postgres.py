@@ -370,6 +370,20 @@ class PostgresKnowledgeStore:
             )
         return int(result.rowcount)
 
+    async def delete_namespace(self, namespace: str) -> int:
+        """Delete every kb of the namespace (documents, and their chunks by cascade); how many documents went."""
+        namespace = _key("namespace", namespace)
+        await self._ensure()
+        async with self.engine.begin() as conn:
+            result = await conn.execute(
+                sa.text(f"DELETE FROM {self.documents_table} WHERE namespace = :ns"), {"ns": namespace}
+            )
+        return int(result.rowcount)
+
+    async def delete_user(self, user_id: str) -> int:
+        """`delete_namespace` of the user's namespace (the user id, as the server and per-user kbs use)."""
+        return await self.delete_namespace(user_id)
+
     # -- reads ------------------------------------------------------------------------------------
     async def content_hash(self, namespace: str, kb: str, source: str) -> str | None:
         """The stored document's hash, or None when the source is not in the kb."""

@@ -343,6 +343,23 @@ class SqliteKnowledgeStore(SqliteThread):
             cur = conn.execute("DELETE FROM kb_documents WHERE namespace = ? AND kb = ?", (namespace, kb))
         return int(cur.rowcount)
 
+    async def delete_namespace(self, namespace: str) -> int:
+        """Delete every kb of the namespace (documents, chunks, index entries); how many documents went."""
+        return await self._run(self._delete_namespace, namespace)
+
+    def _delete_namespace(self, namespace: str) -> int:
+        conn = self._connection()
+        with _transaction(conn):
+            conn.execute(
+                "DELETE FROM kb_chunks WHERE doc_id IN (SELECT id FROM kb_documents WHERE namespace = ?)", (namespace,)
+            )
+            cur = conn.execute("DELETE FROM kb_documents WHERE namespace = ?", (namespace,))
+        return int(cur.rowcount)
+
+    async def delete_user(self, user_id: str) -> int:
+        """`delete_namespace` of the user's namespace (the user id, as the server and per-user kbs use)."""
+        return await self.delete_namespace(user_id)
+
     # -- reading ------------------------------------------------------------------------------
     async def content_hash(self, namespace: str, kb: str, source: str) -> str | None:
         """The stored document's hash, or None when the source is not in the kb."""

@@ -356,6 +356,18 @@ class PostgresLongTermMemory:
             result = await conn.execute(sa.text(f"DELETE FROM {self.table} WHERE user_id = :u"), {"u": user_id})
         return int(result.rowcount)
 
+    async def delete_user(self, user_id: str) -> int:
+        """Delete every item of the user, for a data-protection request; how many there were.
+
+        Waits for a `record` of the user in flight (the user's lock), so what it writes goes too;
+        a second call returns 0.
+        """
+        await self._ensure()
+        async with self.engine.begin() as conn:
+            await self._lock_user(conn, user_id)
+            result = await conn.execute(sa.text(f"DELETE FROM {self.table} WHERE user_id = :u"), {"u": user_id})
+        return int(result.rowcount)
+
     async def close(self) -> None:
         """Dispose of the engine if the memory created it (idempotent)."""
         if self._closed:

@@ -288,6 +288,13 @@ class SqliteLongTermMemory(SqliteThread):
         """Forget every item of the user; returns how many there were."""
         return await self._run(self._clear, user_id)
 
+    async def delete_user(self, user_id: str) -> int:
+        """Delete every item of the user, for a data-protection request (`clear`); how many there were.
+
+        The full-text index entries go with them (a trigger); a second call returns 0.
+        """
+        return await self.clear(user_id)
+
     def _clear(self, user_id: str) -> int:
         conn = self._connection()
         with _transaction(conn):

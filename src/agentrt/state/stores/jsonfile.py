@@ -31,6 +31,7 @@ import base64
 import contextlib
 import errno
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -50,11 +51,15 @@ from agentrt.state.base import (
     SessionInfo,
     check_agent,
     check_expected_revision,
+    check_idle_ttl,
+    is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks
 
 __all__ = ["JsonFileStateStore", "decode_id", "encode_id"]
+
+logger = logging.getLogger("agentrt.state")
 
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
@@ -116,6 +121,8 @@ class JsonFileStateStore(BaseStateStore):
         root: The directory holding the store (created on first write).
         fsync: Flush each write to disk before it counts as committed (files and folders). Without
             it, writes still survive a crash of the process, not necessarily of the machine.
+        idle_ttl: Seconds a session may go unwritten before it reads as missing and is deleted
+            (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
 
     File I/O runs in worker threads (`asyncio.to_thread`). Writes to one session are serialised by
     an asyncio lock within the process and by ``flock`` on the session's ``.lock`` file across
@@ -124,9 +131,11 @@ class JsonFileStateStore(BaseStateStore):
     system and a local file system (or one that supports it, like NFSv4 on Linux).
 
     A write whose caller is cancelled while the write runs may still commit: reload to find out.
+    `prune` across users walks every session folder (there is no index): O(sessions stored).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True, idle_ttl: float | None = None) -> None:
+        self._idle_ttl = check_idle_ttl(idle_ttl)
         self._root = Path(root).expanduser().absolute()
         self._fsync = fsync
         self._write_locks = LocalSessionLocks()
@@ -161,7 +170,12 @@ class JsonFileStateStore(BaseStateStore):
         """The stored state, or None if the session does not exist."""
         await self._ready()
         folder = self.session_path(user_id, session_id, agent=agent)
-        return await asyncio.to_thread(_load, folder, agent, user_id, session_id)
+        state = await asyncio.to_thread(_load, folder, agent, user_id, session_id)
+        cutoff = self._idle_cutoff()
+        if state is not None and cutoff is not None and is_idle(state.updated_at, cutoff):
+            await self._delete_folder(folder, cutoff)  # unless written meanwhile
+            return None
+        return state
 
     async def append(
         self,
@@ -201,17 +215,73 @@ class JsonFileStateStore(BaseStateStore):
     async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
         """Remove the session's folder; True if the session existed."""
         await self._ready()
-        folder = self.session_path(user_id, session_id, agent=agent)
+        return await self._delete_folder(self.session_path(user_id, session_id, agent=agent))
+
+    async def _delete_folder(self, folder: Path, cutoff: float | None = None) -> bool:
+        """Delete a session folder (with `cutoff`: only if the session was last written before it)."""
         async with self._write_locks.hold(str(folder)):
-            return await asyncio.to_thread(_delete, folder, self._fsync)
+            return await asyncio.to_thread(_delete, folder, self._fsync, cutoff)
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), most recently updated first."""
+        infos = await self._list_stored(user_id, agent)
+        cutoff = self._idle_cutoff()
+        if cutoff is not None and any(is_idle(info.updated_at, cutoff) for info in infos):
+            await self._prune(cutoff, user_id=user_id, agent=agent, limit=None, dry_run=False, skip_locked=True)
+            infos = [info for info in infos if not is_idle(info.updated_at, cutoff)]
+        return infos
+
+    async def _list_stored(self, user_id: str, agent: str | None) -> list[SessionInfo]:
         await self._ready()
         if agent is not None:
             return await asyncio.to_thread(_list_sessions, self._user_path(user_id, agent), user_id, agent)
         user_dir = encode_id(_valid_id(user_id, "user id"))
         return await asyncio.to_thread(_list_all_sessions, self._root, user_dir, user_id)
+
+    async def delete_user(self, user_id: str) -> int:
+        """`BaseStateStore.delete_user`, then the user's folders: leftovers of crashed writes go too."""
+        count = await super().delete_user(user_id)
+        await asyncio.to_thread(_remove_user_leftovers, self._root, encode_id(_valid_id(user_id, "user id")))
+        return count
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """Reads the state files (of one user, or of every session folder), then deletes folder by folder.
+
+        Each deletion holds the session's write locks and checks `updated_at` again, so a session
+        written meanwhile stays. Locks are in-process for this store.
+        """
+        if user_id is not None:
+            infos = await self._list_stored(user_id, agent)
+        else:
+            await self._ready()
+            infos = await asyncio.to_thread(_all_sessions, self._root, agent)
+        held = self._locally_held() if skip_locked else frozenset()
+        found = [
+            info
+            for info in infos
+            if is_idle(info.updated_at, cutoff) and (info.agent, info.user_id, info.session_id) not in held
+        ]
+        found.sort(key=lambda i: (i.updated_at, i.agent, i.user_id, i.session_id))
+        count = 0
+        for info in found:
+            if limit is not None and count >= limit:
+                break
+            if dry_run:
+                count += 1
+                continue
+            folder = self.session_path(info.user_id, info.session_id, agent=info.agent)
+            if await self._delete_folder(folder, cutoff):
+                count += 1
+        return count
 
     # -- the legacy layout ----------------------------------------------------------------
     @property
@@ -574,7 +644,8 @@ def _save(
         return revision
 
 
-def _delete(folder: Path, fsync: bool) -> bool:
+def _delete(folder: Path, fsync: bool, cutoff: float | None = None) -> bool:
+    """Delete a session folder (with `cutoff`: only if its state was last written before it)."""
     try:
         fd_lock = _open_locked(folder, create=False)
     except OSError as exc:
@@ -582,6 +653,8 @@ def _delete(folder: Path, fsync: bool) -> bool:
     if fd_lock is None:
         return False
     try:
+        if cutoff is not None and not _idle_doc(_read_doc(folder), cutoff):
+            return False  # gone, or written since it was found idle
         try:
             (folder / STATE_FILE).unlink()  # the commit point: from here on the session does not exist
             existed = True
@@ -603,6 +676,108 @@ def _delete(folder: Path, fsync: bool) -> bool:
                 raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
             break
     return existed
+
+
+def _remove_user_leftovers(root: Path, user_dir: str) -> None:
+    """Remove the user's session folders that hold no session (files of writes that crashed before committing)."""
+    for user_folder in [root / user_dir, *(root / name / user_dir for name in _agent_folders(root))]:
+        for folder in _subfolders(user_folder):
+            try:
+                fd_lock = _open_locked(folder, create=False)
+            except (OSError, StateStoreError):
+                continue
+            if fd_lock is None:
+                continue
+            try:
+                if (folder / STATE_FILE).exists():
+                    continue  # a session (written meanwhile)
+                _remove_stray_files(folder, None)
+                (folder / LOCK_FILE).unlink(missing_ok=True)
+            except OSError as exc:
+                raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
+            finally:
+                os.close(fd_lock)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        with contextlib.suppress(OSError):
+            user_folder.rmdir()  # only when empty
+
+
+def _idle_doc(doc: Mapping[str, Any] | None, cutoff: float) -> bool:
+    """Whether a state document was last written before `cutoff` (False for no document)."""
+    if doc is None:
+        return False
+    try:
+        return float(doc.get("updated_at") or 0.0) < cutoff
+    except (TypeError, ValueError):
+        return False
+
+
+def _all_sessions(root: Path, agent: str | None) -> list[SessionInfo]:
+    """Every session stored under `root` (only `agent`'s when given), from their state files.
+
+    Folders that are not sessions of this layout (no state file, a document naming ids that do
+    not encode to its folders) are passed over with a warning, not deleted.
+    """
+    if agent is None:
+        places = [(root, True), *((root / name, False) for name in _agent_folders(root))]
+    elif agent == "":
+        places = [(root, True)]
+    else:
+        places = [(root / (AGENT_MARK + encode_id(_valid_id(agent, "agent"))), False)]
+    infos: list[SessionInfo] = []
+    for place, legacy in places:
+        users = list(_legacy_user_folders(place)) if legacy else _subfolders(place)
+        for user_folder in users:
+            for folder in _subfolders(user_folder):
+                info = _folder_session(folder, legacy)
+                if info is not None:
+                    infos.append(info)
+    return infos
+
+
+def _subfolders(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as it:
+            return [Path(e.path) for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise StateStoreError(f"cannot list {str(path)!r}: {exc}") from exc
+
+
+def _folder_session(folder: Path, legacy: bool) -> SessionInfo | None:
+    """The listing of the session in `folder`, or None (no session, or not one of this layout)."""
+    try:
+        doc = _read_doc(folder)
+    except OSError as exc:
+        raise StateStoreError(f"cannot read {_where(folder)}: {exc}") from exc
+    if doc is None:
+        return None
+    user_id, session_id, owner = doc.get("user_id"), doc.get("session_id"), doc.get("agent") or ""
+    if (
+        not isinstance(user_id, str)
+        or not isinstance(session_id, str)
+        or not isinstance(owner, str)
+        or encode_id(session_id) != folder.name
+        or encode_id(user_id) != folder.parent.name
+        or (legacy and owner)
+        or (not legacy and (not owner or AGENT_MARK + encode_id(owner) != folder.parent.parent.name))
+    ):
+        logger.warning("%s does not hold a session of its own address: left alone", _where(folder))
+        return None
+    count, _, _ = _commit_info(folder, doc)
+    try:
+        return SessionInfo(
+            agent=owner,
+            user_id=user_id,
+            session_id=session_id,
+            message_count=count,
+            revision=int(doc.get("revision", 0)),
+            updated_at=float(doc.get("updated_at") or 0.0),
+        )
+    except (TypeError, ValueError) as exc:
+        raise StateStoreError(f"{_where(folder)}: {STATE_FILE} is corrupt: {exc}") from exc
 
 
 def _list_sessions(user_folder: Path, user_id: str, agent: str | None) -> list[SessionInfo]:

@@ -17,7 +17,9 @@ from agentrt.state.base import (
     StateView,
     check_agent,
     check_expected_revision,
+    check_idle_ttl,
     check_since_index,
+    is_idle,
 )
 from agentrt.state.cache import SessionCache
 from agentrt.state.pending import Pending
@@ -26,16 +28,30 @@ __all__ = ["InMemoryStateStore"]
 
 
 class InMemoryStateStore(BaseStateStore):
-    """Keeps sessions in a dict keyed by (agent, user, session). Appends are O(new messages); loads copy."""
+    """Keeps sessions in a dict keyed by (agent, user, session). Appends are O(new messages); loads copy.
 
-    def __init__(self) -> None:
+    Args:
+        idle_ttl: Seconds a session may go unwritten before it reads as missing and is deleted
+            (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
+    """
+
+    def __init__(self, *, idle_ttl: float | None = None) -> None:
         self._sessions: dict[tuple[str, str, str], AgentState] = {}
         # the sessions already are decoded objects in this process: a cache would only double them
         self._session_cache = SessionCache(max_bytes=0)
+        self._idle_ttl = check_idle_ttl(idle_ttl)
+
+    def _live(self, key: tuple[str, str, str]) -> AgentState | None:
+        """The stored session, or None; an idle-expired one is deleted here."""
+        stored = self._sessions.get(key)
+        if stored is not None and self._idle_ttl is not None and is_idle(stored.updated_at, self._idle_cutoff()):
+            del self._sessions[key]
+            return None
+        return stored
 
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state (a copy), or None."""
-        stored = self._sessions.get((check_agent(agent), user_id, session_id))
+        stored = self._live((check_agent(agent), user_id, session_id))
         if stored is None:
             return None
         return _copy(stored)
@@ -49,7 +65,7 @@ class InMemoryStateStore(BaseStateStore):
     ) -> StateView | None:
         """The stored state with the messages from `since_index` on (copies only those), or None."""
         since_index = check_since_index(since_index)
-        stored = self._sessions.get((check_agent(agent), user_id, session_id))
+        stored = self._live((check_agent(agent), user_id, session_id))
         if stored is None:
             return None
         offset = min(since_index, len(stored.messages))
@@ -125,8 +141,40 @@ class InMemoryStateStore(BaseStateStore):
             for (a, u, s), st in self._sessions.items()
             if u == user_id and (agent is None or a == agent)
         ]
+        cutoff = self._idle_cutoff()
+        if cutoff is not None and any(is_idle(info.updated_at, cutoff) for info in infos):
+            await self._prune(cutoff, user_id=user_id, agent=agent, limit=None, dry_run=False, skip_locked=True)
+            infos = [info for info in infos if not is_idle(info.updated_at, cutoff)]
         infos.sort(key=lambda i: i.updated_at, reverse=True)
         return infos
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """One pass over the dict, oldest first, with no await: atomic on the event loop."""
+        held = self._locally_held() if skip_locked else frozenset()
+        found = [
+            (stored.updated_at, key)
+            for key, stored in self._sessions.items()
+            if (user_id is None or key[1] == user_id)
+            and (agent is None or key[0] == agent)
+            and is_idle(stored.updated_at, cutoff)
+            and key not in held
+        ]
+        found.sort()
+        if limit is not None:
+            found = found[:limit]
+        if not dry_run:
+            for _, key in found:
+                del self._sessions[key]
+        return len(found)
 
     async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:
         return [(u, s) for (a, u, s) in self._sessions if a == "" and (user_id is None or u == user_id)]

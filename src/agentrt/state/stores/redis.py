@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentrt import _json
-from agentrt.errors import StateConflictError, StateStoreError, UserError
+from agentrt.errors import FencedError, InvalidTypeError, StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import (
     STATE_FIELDS,
@@ -62,7 +62,7 @@ from agentrt.state.base import (
     check_since_index,
 )
 from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
-from agentrt.state.locks import LocalSessionLocks
+from agentrt.state.locks import LocalSessionLocks, held_fence
 from agentrt.state.redis_lock import RedisLockScripts, RedisSessionLock
 from agentrt.state.session import SCHEMA_VERSION
 
@@ -90,7 +90,7 @@ local function touch_index(key, ttl, is_new)
     redis.call('PERSIST', key)
   end
 end
-local function touch(ttl, index_is_new, agents_is_new)
+local function touch(ttl, index_is_new, agents_is_new, agents)
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
@@ -99,22 +99,30 @@ local function touch(ttl, index_is_new, agents_is_new)
     if left > 0 then redis.call('PEXPIRE', KEYS[2], left) end
   end
   touch_index(KEYS[3], ttl, index_is_new)
-  if KEYS[4] then touch_index(KEYS[4], ttl, agents_is_new) end
+  if agents then touch_index(agents, ttl, agents_is_new) end
 end
 """
 
 # KEYS: 1 hash, 2 list, 3 index, 4 the user's agents (absent for the legacy agent "").
 # ARGV: 1 mode ("append" | "replace"), 2 expected revision ("" = any, replace only), 3 now,
 #       4 ttl ms (0 = none), 5 index member (the session id), 6 schema version of the writer,
-#       7 number of "init" entries, 8 number of "set" entries, 9 the agent, then the init entries
+#       7 number of "init" entries, 8 number of "set" entries, 9 the agent, 10 the writer's fencing
+#       token ("" = none; then the session's fence counter is the last key), then the init entries
 #       (field/value pairs written only when the session is created or replaced), the set entries
 #       (always written), and the messages to push.
-# Returns {1, new revision}, {-1, current revision} on a stale revision, or {-2, stored version}
-# when the stored format version differs from the writer's (load first: that upgrades it).
+# Returns {1, new revision}, {-1, current revision} on a stale revision, {-2, stored version}
+# when the stored format version differs from the writer's (load first: that upgrades it), or
+# {-3, fence} when a later holder of the session lock has a higher fencing token.
 _WRITE_LUA = (
     _TOUCH_LUA
     + """
 local mode = ARGV[1]
+local fence_key = nil
+if ARGV[10] ~= '' then
+  fence_key = KEYS[#KEYS]
+  local fence = redis.call('GET', fence_key)
+  if fence and tonumber(fence) > tonumber(ARGV[10]) then return {-3, tonumber(fence)} end
+end
 local stored = redis.call('HMGET', KEYS[1], 'revision', 'version')
 local current = tonumber(stored[1]) or 0
 if (mode == 'append' or ARGV[2] ~= '') and current ~= tonumber(ARGV[2]) then
@@ -124,7 +132,7 @@ if mode == 'append' and stored[2] and stored[2] ~= ARGV[6] then
   return {-2, tonumber(stored[2])}
 end
 local ninit, nset = tonumber(ARGV[7]), tonumber(ARGV[8])
-local pos = 10
+local pos = 11
 if mode == 'replace' or current == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
   if ninit > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, pos, pos + ninit - 1)) end
@@ -142,11 +150,13 @@ redis.call('HSET', KEYS[1], 'revision', revision, 'updated_at', ARGV[3], 'messag
 local index_is_new = redis.call('EXISTS', KEYS[3]) == 0
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[5])
 local agents_is_new = false
-if KEYS[4] then
-  agents_is_new = redis.call('EXISTS', KEYS[4]) == 0
-  redis.call('ZADD', KEYS[4], ARGV[3], ARGV[9])
+local agents_key = KEYS[4]
+if agents_key == fence_key then agents_key = nil end
+if agents_key then
+  agents_is_new = redis.call('EXISTS', agents_key) == 0
+  redis.call('ZADD', agents_key, ARGV[3], ARGV[9])
 end
-touch(tonumber(ARGV[4]), index_is_new, agents_is_new)
+touch(tonumber(ARGV[4]), index_is_new, agents_is_new, agents_key)
 return {1, revision}
 """
 )
@@ -162,7 +172,7 @@ local count = redis.call('LLEN', KEYS[2])
 local first = tonumber(ARGV[2])
 local messages = {}
 if first < count then messages = redis.call('LRANGE', KEYS[2], first, -1) end
-if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false, false) end
+if tonumber(ARGV[1]) > 0 then touch(tonumber(ARGV[1]), false, false, KEYS[4]) end
 return {fields, messages, count}
 """
 )
@@ -228,6 +238,51 @@ end
 return dropped
 """
 
+# Deletes (or counts) a batch of one index's sessions for `prune` and `delete_user`.
+# KEYS: 1 index, 2 the user's agents (the index again for the legacy agent ""), then per member its
+#       hash, list, lock and fence.  ARGV: 1 mode ("count" | "delete" | "erase": delete, and the
+#       fence counters of sessions whose lock is free), 2 cutoff ("" = none), 3 "1" to skip locked
+#       sessions, then the members.  Returns {sessions counted or deleted, members left in the index}.
+# A session written since the index said it was idle (its hash's updated_at) stays; index entries
+# of sessions already gone (expired) are dropped. An agent whose last session goes leaves the agents.
+_PRUNE_SESSIONS_LUA = """
+local mode, cutoff, skip = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local n, kept, owner = 0, 0, nil
+for i = 4, #ARGV do
+  local k = 3 + (i - 4) * 4
+  local member = ARGV[i]
+  local got = redis.call('HMGET', KEYS[k], 'updated_at', 'session_id', 'agent')
+  if not got[1] or got[2] ~= member then
+    if mode ~= 'count' then redis.call('ZREM', KEYS[1], member) else kept = kept + 1 end
+  elseif (cutoff and tonumber(got[1]) >= cutoff) or (skip and redis.call('EXISTS', KEYS[k + 2]) == 1) then
+    kept = kept + 1
+  else
+    n = n + 1
+    if mode == 'count' then
+      kept = kept + 1
+    else
+      redis.call('DEL', KEYS[k], KEYS[k + 1])
+      redis.call('ZREM', KEYS[1], member)
+      owner = got[3]
+      if mode == 'erase' and redis.call('EXISTS', KEYS[k + 2]) == 0 then redis.call('DEL', KEYS[k + 3]) end
+    end
+  end
+end
+if owner and KEYS[2] ~= KEYS[1] and redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], owner) end
+return {n, kept}
+"""
+
+_PRUNE_BATCH = 200
+"""Index entries `prune` looks at (and deletes, in one script) per round trip."""
+
+# KEYS: pairs of (fence, lock).  Deletes each fencing counter whose session lock is not held.
+_DELETE_FENCES_LUA = """
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then redis.call('DEL', KEYS[i]) end
+end
+return 0
+"""
+
 # KEYS: 1 hash.  ARGV: 1 revision the upgrade was computed from, then field/value pairs.
 # Rewrites an older-format document in place (same revision) unless someone wrote meanwhile.
 _UPGRADE_LUA = """
@@ -277,7 +332,10 @@ class RedisStateStore(BaseStateStore):
             when `client` is given.
         client: an existing ``redis.asyncio.Redis`` to use; the store never closes it.
         prefix: the first component of every key (no braces), so stores can share a database.
-        ttl: seconds a session lives after its last load or write (sliding expiry); None: forever.
+        ttl: seconds a session lives after its last load or write (sliding expiry, Redis's own);
+            None: forever.
+        idle_ttl: the same as `ttl`, under the name every store takes (`BaseStateStore.idle_ttl`);
+            give one of the two.
         lock_ttl: seconds a session lock outlives a holder that stopped renewing it (e.g. died).
         max_connections: size of the connection pool of a store-created client (per event loop).
             When every connection is busy, a command waits for one (up to `pool_timeout` seconds)
@@ -301,7 +359,14 @@ class RedisStateStore(BaseStateStore):
         lock_ttl: float = 30.0,
         max_connections: int = 100,
         pool_timeout: float = 30.0,
+        idle_ttl: float | None = None,
     ) -> None:
+        if idle_ttl is not None:
+            if ttl is not None and ttl != idle_ttl:
+                raise UserError(f"give ttl or idle_ttl (the same setting), not both: {ttl!r} and {idle_ttl!r}")
+            if not idle_ttl > 0:
+                raise UserError(f"idle_ttl must be a positive number of seconds or None, got {idle_ttl!r}")
+            ttl = idle_ttl
         if not isinstance(max_connections, int) or max_connections < 1:
             raise UserError(f"max_connections must be a positive integer, got {max_connections!r}")
         if not pool_timeout > 0:
@@ -334,6 +399,7 @@ class RedisStateStore(BaseStateStore):
             self._where = f"Redis at {kwargs.get('host', '?')}:{kwargs.get('port', 6379)} (db {kwargs.get('db', 0)})"
         self._prefix = prefix
         self._ttl = ttl
+        self._idle_ttl = ttl
         self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
         self._lock_ttl = lock_ttl
         self._closed = False
@@ -344,7 +410,9 @@ class RedisStateStore(BaseStateStore):
         self._delete = client.register_script(_DELETE_LUA)
         self._forget_agent = client.register_script(_FORGET_AGENT_LUA)
         self._move = client.register_script(_MOVE_LUA)
-        self._prune = client.register_script(_PRUNE_LUA)
+        self._prune_index = client.register_script(_PRUNE_LUA)
+        self._prune_sessions = client.register_script(_PRUNE_SESSIONS_LUA)
+        self._delete_fences = client.register_script(_DELETE_FENCES_LUA)
         self._upgrade = client.register_script(_UPGRADE_LUA)
         self._lock_scripts = RedisLockScripts(client)
 
@@ -605,17 +673,29 @@ class RedisStateStore(BaseStateStore):
             len(init),
             len(changed),
             agent,
+            "",
             *init,
             *changed,
             *encoded_messages,
         ]
+        keys = self._keys(agent, user_id, session_id)
+        held = held_fence.get()
+        if held is not None and held[0] == f"{self._session_base(agent, user_id, session_id)}:fence":
+            # this task holds the session's lock: the write is refused once a later holder has a higher token
+            args[9] = held[1]
+            keys.append(held[0])
         client = await self._conn()
         with self._redis_errors():
-            status, value = await self._write(keys=self._keys(agent, user_id, session_id), args=args, client=client)
+            status, value = await self._write(keys=keys, args=args, client=client)
         status, value = int(status), int(value)
         if status == 1:
             return value
         what = self._describe(user_id, session_id)
+        if status == -3:
+            raise FencedError(
+                f"{what}: the session lock was taken over (fencing token {value} > {held[1] if held else '?'}); "
+                "this process may no longer write to it"
+            )
         if status == -1:
             raise StateConflictError(f"{what} is at revision {value}, not {expected_revision}")
         if value > SCHEMA_VERSION:
@@ -685,10 +765,146 @@ class RedisStateStore(BaseStateStore):
                     )
                 )
             if gone:
-                await self._prune(
+                await self._prune_index(
                     keys=[index, *(hash_keys[i] for i in gone)], args=[members[i] for i in gone], client=client
                 )
         return infos
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def delete_user(self, user_id: str) -> int:
+        """`BaseStateStore.delete_user`, then every other key of the user (found with ``SCAN``).
+
+        The sessions go through the user's indexes; then a ``SCAN`` of the user's keys (it reads
+        every key name of the database, never blocking the server long) deletes what is left: the
+        fencing counters (of sessions deleted earlier too), and sessions no index lists (counted).
+        Only the lock of a session held right now stays (it expires by itself), with its counter.
+        """
+        if not isinstance(user_id, str):
+            raise InvalidTypeError(f"user_id must be a str, not {type(user_id).__name__}")
+        count = await self._prune_indexes(
+            None, user_id=user_id, agent=None, limit=None, mode="erase", skip_locked=False
+        )
+        client = await self._conn()
+        match = _glob_escape(self._user_base(user_id)) + ":*"
+        found: list[str] = []
+        with self._redis_errors():
+            async for key in client.scan_iter(match=match, count=1000):
+                found.append(_text(key))
+            doomed = [key for key in found if key.endswith((":h", ":m"))]
+            if doomed:
+                count += sum(1 for key in doomed if key.endswith(":h"))
+                await client.delete(*doomed)
+            fences: list[str] = []
+            for key in found:
+                if key.endswith(":fence"):
+                    fences += [key, key[: -len("fence")] + "lock"]
+            for start in range(0, len(fences), 2 * _PRUNE_BATCH):
+                await self._delete_fences(keys=fences[start : start + 2 * _PRUNE_BATCH], args=[], client=client)
+        return count
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """Reads the indexes (sorted by updated_at): the user's, or all of them found by ``SCAN``.
+
+        Each index is pruned oldest first, `_PRUNE_BATCH` entries per Lua script, which checks
+        every session's ``updated_at`` and lock key again (a locked session is skipped, whichever
+        process holds it). A prune across users ``SCAN`` s the key space for the indexes (it never
+        blocks the server for long, but reads every key name): with a ttl, Redis expires idle
+        sessions by itself.
+        """
+        mode = "count" if dry_run else "delete"
+        return await self._prune_indexes(
+            cutoff, user_id=user_id, agent=agent, limit=limit, mode=mode, skip_locked=skip_locked
+        )
+
+    async def _prune_indexes(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        mode: str,
+        skip_locked: bool,
+    ) -> int:
+        client = await self._conn()
+        count = 0
+        for index, agents in await self._indexes(client, user_id, agent):
+            if limit is not None and count >= limit:
+                break
+            remaining = None if limit is None else limit - count
+            count += await self._prune_one_index(client, index, agents, cutoff, remaining, mode, skip_locked)
+        return count
+
+    async def _indexes(self, client: aioredis.Redis, user_id: str | None, agent: str | None) -> list[tuple[str, str]]:
+        """(index key, the user's agents key or the index key for the legacy agent) of the indexes to prune."""
+        if user_id is not None:
+            if agent is not None:
+                agents = [agent]
+            else:
+                with self._redis_errors():
+                    raw: list[Any] = await client.zrange(self._agents_key(user_id), 0, -1)
+                agents = ["", *(_text(name) for name in raw)]
+            found = []
+            for name in agents:
+                index = self._index_key(name, user_id)
+                found.append((index, self._agents_key(user_id) if name else index))
+            return found
+        match = _glob_escape(self._prefix) + ":{*}*:index"  # the legacy ``P:{U}:index`` and ``P:{U}:a:A:index``
+        if agent:
+            match = _glob_escape(self._prefix) + ":{*}:a:" + _glob_escape(_id_token(agent)) + ":index"
+        indexes: list[tuple[str, str]] = []
+        cursor: int = 0
+        with self._redis_errors():
+            while True:
+                cursor, keys = await client.scan(cursor, match=match, count=1000)
+                for key in map(_text, keys):
+                    legacy = self._legacy_index.fullmatch(key) is not None
+                    if agent == "" and not legacy:
+                        continue
+                    user_base = key[: key.index("}") + 1]
+                    indexes.append((key, key if legacy else f"{user_base}:agents"))
+                if not cursor:
+                    return sorted(set(indexes))
+
+    async def _prune_one_index(
+        self,
+        client: aioredis.Redis,
+        index: str,
+        agents: str,
+        cutoff: float | None,
+        limit: int | None,
+        mode: str,
+        skip_locked: bool,
+    ) -> int:
+        base = index[: -len(":index")]
+        top = "+inf" if cutoff is None else f"({cutoff!r}"
+        count = offset = 0
+        while limit is None or count < limit:
+            batch = _PRUNE_BATCH if limit is None else min(_PRUNE_BATCH, limit - count)
+            with self._redis_errors():
+                raw: list[Any] = await client.zrangebyscore(index, "-inf", top, start=offset, num=batch)
+                members = [_text(m) for m in raw]
+                if not members:
+                    return count
+                keys = [index, agents]
+                for member in members:
+                    session = f"{base}:s:{_id_token(member)}"
+                    keys += [f"{session}:h", f"{session}:m", f"{session}:lock", f"{session}:fence"]
+                args = [mode, "" if cutoff is None else repr(cutoff), "1" if skip_locked else "0", *members]
+                done, kept = await self._prune_sessions(keys=keys, args=args, client=client)
+            count += int(done)
+            offset += int(kept)  # what stays in the index (locked, written meanwhile, or only counted)
+        return count
 
     def session_lock(
         self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""

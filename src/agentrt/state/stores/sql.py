@@ -16,7 +16,8 @@ Schema (``<prefix>`` is ``table_prefix``, ``agentrt_`` by default; created on fi
         message_count    BIGINT
         created_at       DOUBLE PRECISION        seconds since the epoch
         updated_at       DOUBLE PRECISION
-        PRIMARY KEY (agent, user_id, session_id), INDEX <prefix>sessions_by_user (user_id, updated_at)
+        PRIMARY KEY (agent, user_id, session_id), INDEX <prefix>sessions_by_user (user_id, updated_at),
+        INDEX <prefix>sessions_by_updated (updated_at)   (for `prune`; added to older tables on first use)
     <prefix>messages
         agent, user_id, session_id     as above
         seq              BIGINT        0, 1, 2, ... in conversation order
@@ -67,7 +68,9 @@ from agentrt.state.base import (
     StateView,
     check_agent,
     check_expected_revision,
+    check_idle_ttl,
     check_since_index,
+    is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks
@@ -87,6 +90,8 @@ _ASYNC_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "mysql": ("asyncmy", "ai
 _CONNECT_TIMEOUT = 10
 _ATTEMPTS = 4  # a transaction the database rolled back as a deadlock victim is retried this often
 _DDL_LOCK_WAIT = 60
+_PRUNE_BATCH = 200
+"""Sessions `prune` looks at (and deletes, in one transaction) per round trip."""
 
 
 class _Key(sa.types.TypeDecorator[str]):
@@ -136,6 +141,7 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         sa.Column("created_at", sa.Double(), nullable=False),
         sa.Column("updated_at", sa.Double(), nullable=False),
         sa.Index(f"{prefix}sessions_by_user", "user_id", "updated_at"),
+        sa.Index(f"{prefix}sessions_by_updated", "updated_at"),
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
     )
@@ -219,6 +225,8 @@ class SqlStateStore(BaseStateStore):
             each may grow by as many again under load.
         lock_poll: Longest pause between two tries of a busy session lock, in seconds (tries start
             2 ms apart and back off, with jitter, up to this).
+        idle_ttl: Seconds a session may go unwritten before it reads as missing and is deleted
+            (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
 
     Raises:
         StateStoreError: The URL is invalid or names no supported async driver (the message never
@@ -233,7 +241,9 @@ class SqlStateStore(BaseStateStore):
         table_prefix: str = "agentrt_",
         pool_size: int = 10,
         lock_poll: float = 0.05,
+        idle_ttl: float | None = None,
     ) -> None:
+        self._idle_ttl = check_idle_ttl(idle_ttl)
         if not isinstance(table_prefix, str) or not _PREFIX_RE.fullmatch(table_prefix):
             raise UserError(
                 f"table_prefix {table_prefix!r} must be 1-40 letters, digits or underscores, not starting with a digit"
@@ -330,10 +340,14 @@ class SqlStateStore(BaseStateStore):
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
         await self._ensure_tables()
+        cutoff = self._idle_cutoff()
         found = await self._run("load", lambda: self._load_tx(ak, uk, sk, since_index))
         if found is None:
             return None
         revision, raw_doc, count, created_at, updated_at, bodies = found
+        if cutoff is not None and is_idle(updated_at, cutoff):
+            await self._run("delete an idle session", lambda: self._delete_tx(ak, uk, sk, cutoff))
+            return None
         where = f"session {session_id!r} of user {user_id!r}"
         offset = min(since_index, count)
         if len(bodies) != count - offset:
@@ -436,8 +450,9 @@ class SqlStateStore(BaseStateStore):
             async with self._engine.connect() as conn:
                 return [tuple(row) for row in (await conn.execute(stmt)).all()]
 
+        cutoff = self._idle_cutoff()
         rows = await self._run("list sessions", run)
-        return [
+        infos = [
             SessionInfo(
                 agent=afull if afull is not None else akey,
                 user_id=user_id,
@@ -448,6 +463,106 @@ class SqlStateStore(BaseStateStore):
             )
             for akey, afull, key, full, count, revision, updated_at in rows
         ]
+        if cutoff is not None and any(is_idle(info.updated_at, cutoff) for info in infos):
+            await self._prune(cutoff, user_id=user_id, agent=agent, limit=None, dry_run=False, skip_locked=True)
+            infos = [info for info in infos if not is_idle(info.updated_at, cutoff)]
+        return infos
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """Oldest first, `_PRUNE_BATCH` sessions per round: find them, drop the locked, delete the rest.
+
+        The candidates come from the index on ``updated_at`` (or ``(user_id, updated_at)``); a
+        session is locked when its database lock is held by any process (PostgreSQL: one look at
+        ``pg_locks`` per round; MySQL/MariaDB: ``IS_USED_LOCK`` of each candidate, in one
+        statement). Each round's deletions are one transaction that checks ``updated_at`` again,
+        so a session written meanwhile stays.
+        """
+        await self._ensure_tables()
+        s = self._sessions
+        conditions: list[sa.ColumnElement[bool]] = []
+        if cutoff is not None:
+            conditions.append(s.c.updated_at < cutoff)
+        if user_id is not None:
+            conditions.append(s.c.user_id == _key(user_id, "user_id")[0])
+        if agent is not None:
+            conditions.append(s.c.agent == _agent_key(agent)[0])
+        count = skipped = 0
+        while limit is None or count < limit:
+            batch = _PRUNE_BATCH if limit is None else min(_PRUNE_BATCH, limit - count)
+            stmt = (
+                sa.select(s.c.agent, s.c.agent_full, s.c.user_id, s.c.user_id_full, s.c.session_id, s.c.session_id_full)
+                .where(*conditions)
+                .order_by(s.c.updated_at, s.c.agent, s.c.user_id, s.c.session_id)
+                .limit(batch)
+                .offset(skipped)
+            )
+
+            async def find(stmt: sa.Select[Any] = stmt) -> list[tuple[Any, ...]]:
+                async with self._engine.connect() as conn:
+                    return [tuple(row) for row in (await conn.execute(stmt)).all()]
+
+            rows = await self._run("find sessions to prune", find)
+            if not rows:
+                break
+            locked = await self._locked(rows) if skip_locked else set()
+            free = [(row[0], row[2], row[4]) for i, row in enumerate(rows) if i not in locked]
+            skipped += len(locked)
+            if dry_run:
+                skipped += len(free)  # nothing goes: page on past them
+                count += len(free)
+            elif free:
+
+                async def delete(keys: list[tuple[str, str, str]] = free) -> int:
+                    return await self._prune_tx(keys, cutoff)
+
+                # a session written since it was found is not deleted, and no longer matches
+                count += await self._run("prune sessions", delete)
+        return count
+
+    async def _locked(self, rows: list[tuple[Any, ...]]) -> set[int]:
+        """The indexes of the `rows` (agent, agent_full, user_id, user_id_full, session_id, ...) whose lock is held."""
+        params = [
+            self._lock_params(
+                afull if afull is not None else akey,
+                ufull if ufull is not None else ukey,
+                sfull if sfull is not None else skey,
+            )["main"]
+            for akey, afull, ukey, ufull, skey, sfull in rows
+        ]
+        if self._pg:
+            # a bigint advisory lock shows in pg_locks as classid (high 32 bits), objid (low), objsubid 1
+            query = sa.text(
+                "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+                " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+
+            async def held_keys() -> set[int]:
+                async with self._engine.connect() as conn:
+                    found = set()
+                    for high, low in (await conn.execute(query)).all():
+                        value = (int(high) << 32) | int(low)
+                        found.add(value - (1 << 64) if value >= 1 << 63 else value)
+                    return found
+
+            held = await self._run("look at session locks", held_keys)
+            return {i for i, key in enumerate(params) if key in held}
+        names = {f"l{i}": name for i, name in enumerate(params)}
+        used = sa.text("SELECT " + ", ".join(f"IS_USED_LOCK(:{bind})" for bind in names))
+
+        async def holders() -> tuple[Any, ...]:
+            async with self._engine.connect() as conn:
+                return tuple((await conn.execute(used, names)).one())
+
+        return {i for i, holder in enumerate(await self._run("look at session locks", holders)) if holder is not None}
 
     def session_lock(
         self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
@@ -675,13 +790,39 @@ class SqlStateStore(BaseStateStore):
                 await conn.execute(sa.insert(m), [{**keys.key(), "seq": i, "body": b} for i, b in enumerate(bodies)])
         return revision
 
-    async def _delete_tx(self, ak: str, uk: str, sk: str) -> bool:
+    async def _delete_tx(self, ak: str, uk: str, sk: str, cutoff: float | None = None) -> bool:
+        """Delete a session (with `cutoff`: only if it was last written before it); True if it went."""
         s, m = self._sessions, self._messages
+        where = self._where_key(s, ak, uk, sk)
+        if cutoff is not None:
+            where = sa.and_(where, s.c.updated_at < cutoff)
         async with self._engine.begin() as conn:
             # the session row first: the lock order of append and save, so no deadlock between them
-            result = await conn.execute(sa.delete(s).where(self._where_key(s, ak, uk, sk)))
+            result = await conn.execute(sa.delete(s).where(where))
+            if cutoff is not None and result.rowcount == 0:
+                return False
             await conn.execute(sa.delete(m).where(self._where_key(m, ak, uk, sk)))
             return result.rowcount > 0
+
+    async def _prune_tx(self, keys: list[tuple[str, str, str]], cutoff: float | None) -> int:
+        """Delete the sessions of `keys` (key columns) still last written before `cutoff`; how many went."""
+        s, m = self._sessions, self._messages
+        async with self._engine.begin() as conn:
+            # session rows first (the lock order of append, save and delete), then their messages
+            where = sa.or_(*(self._where_key(s, *key) for key in keys))
+            if cutoff is not None:
+                where = sa.and_(where, s.c.updated_at < cutoff)
+            columns = (s.c.agent, s.c.user_id, s.c.session_id)
+            if self._pg:
+                gone = [tuple(row) for row in (await conn.execute(sa.delete(s).where(where).returning(*columns))).all()]
+            else:
+                found = await conn.execute(sa.select(*columns).where(where).with_for_update())
+                gone = [tuple(row) for row in found.all()]
+                if gone:
+                    await conn.execute(sa.delete(s).where(sa.or_(*(self._where_key(s, *key) for key in gone))))
+            if gone:
+                await conn.execute(sa.delete(m).where(sa.or_(*(self._where_key(m, *key) for key in gone))))
+        return len(gone)
 
     async def _conflict(self, user_id: str, session_id: str, keys: _Keys, expected: int) -> StateConflictError:
         s = self._sessions
@@ -728,6 +869,7 @@ class SqlStateStore(BaseStateStore):
             if self._pg:
                 await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": pg_lock_key("ddl", self._prefix)})
                 await conn.run_sync(self._metadata.create_all, checkfirst=True)
+                await self._add_updated_index(conn)
                 await self._add_agent_column(conn)
                 await conn.commit()
                 return
@@ -737,6 +879,7 @@ class SqlStateStore(BaseStateStore):
             try:
                 await conn.run_sync(self._metadata.create_all, checkfirst=True)
                 await conn.commit()
+                await self._add_updated_index(conn)
                 await self._add_agent_column(conn)
             finally:
                 try:
@@ -744,6 +887,18 @@ class SqlStateStore(BaseStateStore):
                 except BaseException:
                     await discard_connection(conn)  # closing the connection frees the lock
                     raise
+
+    async def _add_updated_index(self, conn: AsyncConnection) -> None:
+        """Give tables of earlier versions the index `prune` reads (under the DDL lock; idempotent)."""
+        index = next(ix for ix in self._sessions.indexes if ix.name == f"{self._prefix}sessions_by_updated")
+
+        def add(sync_conn: sa.Connection) -> None:
+            names = {ix["name"] for ix in sa.inspect(sync_conn).get_indexes(self._sessions.name)}
+            if index.name not in names:
+                logger.info("adding index %s (for pruning idle sessions)", index.name)
+                index.create(sync_conn)
+
+        await conn.run_sync(add)
 
     async def _add_agent_column(self, conn: AsyncConnection) -> None:
         """Migrate tables of earlier versions: add ``agent`` (default '') and put it in the primary keys.

@@ -9,6 +9,7 @@ Schema (``PRAGMA user_version = 2``)::
              PRIMARY KEY(agent, user_id, session_id, seq),
              FOREIGN KEY(agent, user_id, session_id) REFERENCES sessions ON DELETE CASCADE ON UPDATE CASCADE)
     INDEX sessions_by_user_updated ON sessions(user_id, updated_at)
+    INDEX sessions_by_updated ON sessions(updated_at, agent, user_id, session_id)   (`prune`, oldest first)
 
 ``doc`` is `encode_state(state, include_messages=False)` (see `agentrt.state.codec`); the key columns
 and ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and override
@@ -50,7 +51,9 @@ from agentrt.state.base import (
     StateView,
     check_agent,
     check_expected_revision,
+    check_idle_ttl,
     check_since_index,
+    is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.session import context_start, with_placeholders
@@ -89,6 +92,10 @@ CREATE TABLE {messages} (
 );
 """
 _INDEXES = "CREATE INDEX IF NOT EXISTS sessions_by_user_updated ON sessions (user_id, updated_at);"
+_UPDATED_INDEX = "CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions (updated_at, agent, user_id, session_id)"
+"""For `prune` across users; created when a database is opened (idempotent: no write when it exists)."""
+_PRUNE_BATCH = 500
+"""Sessions deleted per transaction by `prune` (other writers get their turn in between)."""
 # version 1 -> 2: rebuild both tables with the agent column (SQLite cannot change a primary key)
 _FROM_V1 = """
 INSERT INTO sessions_v2 (agent, user_id, session_id, revision, doc, message_count, created_at, updated_at)
@@ -136,6 +143,10 @@ def _close_op() -> None:
     """Marker job: close the connection (never opens one)."""
 
 
+class _ExpiredError(Exception):
+    """A read found the session idle past the store's `idle_ttl` (the store then deletes it)."""
+
+
 class SqliteStateStore(BaseStateStore):
     """Sessions in one SQLite database file, in WAL mode, driven from one dedicated worker thread.
 
@@ -152,6 +163,8 @@ class SqliteStateStore(BaseStateStore):
             the write lock (never waiting for it), instead of hopping to the worker thread and
             back, which costs more than such a write. Only with ``NORMAL`` or ``OFF`` (a commit
             is then a write to the OS page cache, no fsync). False: every operation on the worker.
+        idle_ttl: Seconds a session may go unwritten before it reads as missing and is deleted
+            (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
 
     Durability (WAL mode): with ``synchronous="NORMAL"`` a commit is written to the WAL file but not
     fsynced (the WAL is synced only at checkpoints), so a committed write survives a crash of the
@@ -175,7 +188,9 @@ class SqliteStateStore(BaseStateStore):
         busy_timeout: float = 5.0,
         synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL",
         inline: bool = True,
+        idle_ttl: float | None = None,
     ) -> None:
+        self._idle_ttl = check_idle_ttl(idle_ttl)
         mode = str(synchronous).upper()
         if mode not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, not {synchronous!r}")
@@ -217,20 +232,30 @@ class SqliteStateStore(BaseStateStore):
     # -- store protocol -------------------------------------------------------------------
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """The stored state, or None if the session does not exist."""
-        return await self._call_small(_load_small, _load, check_agent(agent), user_id, session_id, write=False)
+        args = (check_agent(agent), user_id, session_id, self._idle_cutoff())
+        return await self._read(_load_small, _load, args)
 
     async def load_context(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
         """`BaseStateStore.load_context` in one read: the document says where the summary ends."""
-        args = (check_agent(agent), user_id, session_id)
-        return await self._call_small(_load_context_small, _load_context, *args, write=False)
+        args = (check_agent(agent), user_id, session_id, self._idle_cutoff())
+        return await self._read(_load_context_small, _load_context, args)
 
     async def load_view(
         self, user_id: str, session_id: str, *, agent: str = "", since_index: int = 0
     ) -> StateView | None:
         """The session with the messages from `since_index` on (``WHERE seq >= ?``), or None."""
         since = check_since_index(since_index)
-        args = (check_agent(agent), user_id, session_id, since)
-        return await self._call_small(_load_view_small, _load_view, *args, write=False)
+        args = (check_agent(agent), user_id, session_id, since, self._idle_cutoff())
+        return await self._read(_load_view_small, _load_view_whole, args)
+
+    async def _read(self, small: Callable[..., _T], fn: Callable[..., _T], args: tuple[Any, ...]) -> _T | None:
+        """A read of one session (its last argument the idle cutoff); None, and deleted, if it is idle-expired."""
+        try:
+            return await self._call_small(small, fn, *args, write=False)
+        except _ExpiredError:
+            agent, user_id, session_id, *_, cutoff = args
+            await self._call(_delete, agent, user_id, session_id, cutoff)  # unless written meanwhile
+            return None
 
     async def append(
         self,
@@ -267,7 +292,29 @@ class SqliteStateStore(BaseStateStore):
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), most recently updated first."""
-        return await self._call(_list_sessions, user_id, None if agent is None else check_agent(agent))
+        infos = await self._call(_list_sessions, user_id, None if agent is None else check_agent(agent))
+        cutoff = self._idle_cutoff()
+        if cutoff is not None and any(is_idle(info.updated_at, cutoff) for info in infos):
+            await self._prune(cutoff, user_id=user_id, agent=agent, limit=None, dry_run=False, skip_locked=True)
+            infos = [info for info in infos if not is_idle(info.updated_at, cutoff)]
+        return infos
+
+    async def _prune(
+        self,
+        cutoff: float | None,
+        *,
+        user_id: str | None,
+        agent: str | None,
+        limit: int | None,
+        dry_run: bool,
+        skip_locked: bool,
+    ) -> int:
+        """On the worker, in transactions of `_PRUNE_BATCH` sessions, oldest first (indexed on updated_at).
+
+        Locks are in-process for this store: the sessions locked in this process are skipped.
+        """
+        held = self._locally_held() if skip_locked else frozenset()
+        return await self._call(_prune_sessions, cutoff, user_id, agent, limit, dry_run, held)
 
     # -- the legacy namespace -------------------------------------------------------------
     @property
@@ -476,9 +523,10 @@ class SqliteStateStore(BaseStateStore):
             raise StateStoreError(f"cannot open SQLite state store {self._path!r}: {exc}") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _set_wal(conn, self._busy_timeout)
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             _migrate(conn)  # before foreign keys are on: the migration rebuilds referenced tables
+            conn.execute(_UPDATED_INDEX)
             conn.execute("PRAGMA foreign_keys = ON")
             self._has_legacy = _any_legacy(conn)
         except BaseException as exc:
@@ -495,6 +543,26 @@ class SqliteStateStore(BaseStateStore):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA optimize")
             conn.close()
+
+
+def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """``PRAGMA journal_mode = WAL``, retried while another process holds the database.
+
+    Switching the journal mode needs an exclusive lock, and SQLite may answer "database is locked"
+    at once rather than through the busy handler (two processes opening a new database together,
+    one of them creating the schema): retry with backoff for up to `timeout` seconds.
+    """
+    deadline = time.monotonic() + max(timeout, 0.1)
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)  # noqa: TID251 - the store's worker thread (or its first, inline open)
+        delay = min(delay * 2, 0.1)
 
 
 # -- operations (run on the worker thread; each is one transaction) --------------------------
@@ -579,20 +647,33 @@ def _parse_doc(raw: Any, user_id: str, session_id: str) -> dict[str, Any]:
 _KEY = "agent = ? AND user_id = ? AND session_id = ?"
 
 
-def _load(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
-    view = _load_view(conn, agent, user_id, session_id, 0)
+# The reads below take the idle cutoff last (None: no idle_ttl) and raise _ExpiredError past it.
+
+
+def _load(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, cutoff: float | None = None
+) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, cutoff=cutoff)
     return None if view is None else view.state
 
 
-def _load_small(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
-    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES)
+def _load_small(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, cutoff: float | None = None
+) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES, cutoff=cutoff)
     return None if view is None else view.state
 
 
 def _load_view_small(
-    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int, cutoff: float | None = None
 ) -> StateView | None:
-    return _load_view(conn, agent, user_id, session_id, since, limit=_INLINE_MAX_MESSAGES)
+    return _load_view(conn, agent, user_id, session_id, since, limit=_INLINE_MAX_MESSAGES, cutoff=cutoff)
+
+
+def _load_view_whole(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, since: int, cutoff: float | None = None
+) -> StateView | None:
+    return _load_view(conn, agent, user_id, session_id, since, cutoff=cutoff)
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:
@@ -601,13 +682,17 @@ def _checkpoint(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
 
-def _load_context(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
-    view = _load_view(conn, agent, user_id, session_id, 0, context=True)
+def _load_context(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, cutoff: float | None = None
+) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, context=True, cutoff=cutoff)
     return None if view is None else with_placeholders(view)
 
 
-def _load_context_small(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> AgentState | None:
-    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES, context=True)
+def _load_context_small(
+    conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, cutoff: float | None = None
+) -> AgentState | None:
+    view = _load_view(conn, agent, user_id, session_id, 0, limit=_INLINE_MAX_MESSAGES, context=True, cutoff=cutoff)
     return None if view is None else with_placeholders(view)
 
 
@@ -620,8 +705,12 @@ def _load_view(
     limit: int | None = None,
     *,
     context: bool = False,
+    cutoff: float | None = None,
 ) -> StateView | None:
-    """The session from message `since` on; with `context`, from where its summary ends (see `load_context`)."""
+    """The session from message `since` on; with `context`, from where its summary ends (see `load_context`).
+
+    `_ExpiredError` when `cutoff` is given and the session was last written before it.
+    """
     key = (agent, user_id, session_id)
     doc: dict[str, Any] | None = None
     with _transaction(conn, write=False):
@@ -630,6 +719,8 @@ def _load_view(
         ).fetchone()
         if row is None:
             return None
+        if cutoff is not None and float(row[4]) < cutoff:
+            raise _ExpiredError
         if context:
             doc = _parse_doc(row[1], user_id, session_id)
             summary = doc.get("summary")
@@ -811,12 +902,65 @@ def _save(
     return revision
 
 
-def _delete(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str) -> bool:
+def _delete(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, cutoff: float | None = None) -> bool:
+    """Delete the session (with `cutoff`: only if it was last written before it); True if it went."""
     key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
+        if cutoff is not None and (
+            conn.execute(f"SELECT 1 FROM sessions WHERE {_KEY} AND updated_at < ?", (*key, cutoff)).fetchone() is None
+        ):
+            return False
         conn.execute(f"DELETE FROM messages WHERE {_KEY}", key)
         cursor = conn.execute(f"DELETE FROM sessions WHERE {_KEY}", key)
         return cursor.rowcount > 0
+
+
+def _prune_sessions(
+    conn: sqlite3.Connection,
+    cutoff: float | None,
+    user_id: str | None,
+    agent: str | None,
+    limit: int | None,
+    dry_run: bool,
+    held: frozenset[Any],
+) -> int:
+    """Delete (or count) the matching sessions written before `cutoff`, oldest first, skipping `held` keys.
+
+    One write transaction per batch: the batch is selected and deleted under the write lock, so a
+    session written meanwhile is either not selected or already committed as idle.
+    """
+    where: list[str] = ["1 = 1"]
+    params: list[Any] = []
+    if cutoff is not None:
+        where.append("updated_at < ?")
+        params.append(cutoff)
+    if user_id is not None:
+        where.append("user_id = ?")
+        params.append(user_id)
+    if agent is not None:
+        where.append("agent = ?")
+        params.append(agent)
+    select = (
+        f"SELECT agent, user_id, session_id FROM sessions WHERE {' AND '.join(where)}"
+        " ORDER BY updated_at, agent, user_id, session_id LIMIT ? OFFSET ?"
+    )
+    count = skipped = 0
+    while limit is None or count < limit:
+        batch = _PRUNE_BATCH if limit is None else min(_PRUNE_BATCH, limit - count)
+        with _transaction(conn, write=not dry_run):
+            rows = conn.execute(select, (*params, batch, skipped)).fetchall()
+            if not rows:
+                break
+            keys = [(str(a), str(u), str(s)) for a, u, s in rows]
+            doomed = [key for key in keys if key not in held]
+            skipped += len(keys) - len(doomed)
+            if dry_run:
+                skipped += len(doomed)  # nothing goes: page on past them
+            else:
+                conn.executemany(f"DELETE FROM messages WHERE {_KEY}", doomed)
+                conn.executemany(f"DELETE FROM sessions WHERE {_KEY}", doomed)
+            count += len(doomed)
+    return count
 
 
 def _list_sessions(conn: sqlite3.Connection, user_id: str, agent: str | None) -> list[SessionInfo]:
