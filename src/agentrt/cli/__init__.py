@@ -10,7 +10,11 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
   AGENTS.md, @path mentions, skills, plan mode with ``/plan`` or Shift+Tab).
 - ``agentrt sessions list|show|export|delete|migrate --store URL --user ID --agent NAME``: inspect
   stored sessions; move sessions written before sessions had an agent to one.
-- ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE]``: serve agents over HTTP.
+  ``agentrt sessions prune --older-than 30d [--dry-run]``: delete idle sessions.
+- ``agentrt users forget USER_ID [--db URL --memory URL --knowledge URL]``: delete everything
+  stored about a user (sessions, long-term memory, knowledge bases).
+- ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE --oidc-issuer URL --oidc-audience AUD]``:
+  serve agents over HTTP (API keys and/or OIDC bearer tokens).
 - ``agentrt mcp serve MODULE:ATTR`` / ``agentrt mcp tools ...``: expose a toolkit or agent over MCP;
   list an MCP server's tools.
 - ``agentrt skills list PATH... [--json]`` / ``agentrt skills show PATH [NAME]``: the Agent Skills
@@ -101,12 +105,45 @@ def build_app() -> "typer.Typer":
         ] = None,
         config: Annotated[
             str | None,
-            typer.Option(help="TOML or JSON file: api_keys, store, limits (docs/server.md).", envvar="AGENTRT_CONFIG"),
+            typer.Option(
+                help="TOML or JSON file: api_keys, oidc, store, limits (docs/server.md).", envvar="AGENTRT_CONFIG"
+            ),
+        ] = None,
+        oidc_issuer: Annotated[
+            str | None,
+            typer.Option(help="Accept bearer JWTs of this OpenID Connect issuer (env AGENTRT_OIDC_ISSUER)."),
+        ] = None,
+        oidc_audience: Annotated[
+            str | None,
+            typer.Option(help="The audience (aud) those tokens must name (env AGENTRT_OIDC_AUDIENCE)."),
+        ] = None,
+        oidc_user_claim: Annotated[
+            str | None,
+            typer.Option(help="The token claim holding the user id (default sub; env AGENTRT_OIDC_USER_CLAIM)."),
+        ] = None,
+        oidc_jwks_url: Annotated[
+            str | None,
+            typer.Option(help="The issuer's JWKS URL (default: from its discovery document; AGENTRT_OIDC_JWKS_URL)."),
         ] = None,
         knowledge: Annotated[
             str | None,
             typer.Option(help="Knowledge store URL: serve /v1/knowledge, each user's own bases (docs/knowledge.md)."),
         ] = None,
+        jobs: Annotated[
+            str | None,
+            typer.Option(
+                help="redis:// URL: durable runs, jobs any replica's worker runs and takes over (docs/deployment.md).",
+                envvar="AGENTRT_JOBS_URL",
+            ),
+        ] = None,
+        jobs_prefix: Annotated[
+            str, typer.Option(help="Key prefix of the job backend (one per deployment).", envvar="AGENTRT_JOBS_PREFIX")
+        ] = "agentrt",
+        workers: Annotated[int, typer.Option(min=0, help="Job workers in this process (with --jobs).")] = 1,
+        concurrency: Annotated[int, typer.Option(min=1, help="Jobs each worker runs at once (with --jobs).")] = 8,
+        lease: Annotated[
+            float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
+        ] = 10.0,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     ) -> None:
         """Serve agents over HTTP (REST + SSE, OpenAI-compatible chat completions, web UI)."""
@@ -125,7 +162,9 @@ def build_app() -> "typer.Typer":
             )
             raise typer.Exit(1) from None
         try:
-            settings = load_config(config)
+            settings = load_config(config).with_oidc(
+                issuer=oidc_issuer, audience=oidc_audience, user_claim=oidc_user_claim, jwks_url=oidc_jwks_url
+            )
             agents = load_agents(target)
             url = store or settings.store
             state_store = store_from_url(url) if url else None
@@ -135,11 +174,18 @@ def build_app() -> "typer.Typer":
                 from agentrt.knowledge import Knowledge
 
                 kb = Knowledge(store=knowledge_url)
-            application = create_app(agents, state_store, knowledge=kb, **settings.app_options())
+            durable = None
+            if jobs:
+                from agentrt.server.jobs import DurableRuns
+                from agentrt.server.jobs.redis import RedisJobs
+
+                backend = RedisJobs(jobs, prefix=jobs_prefix, lease_seconds=lease)
+                durable = DurableRuns(backend, workers=workers, concurrency=concurrency)
+            application = create_app(agents, state_store, knowledge=kb, jobs=durable, **settings.app_options())
         except AgentrtError as exc:
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
-        closing = tuple(item for item in (state_store, kb) if item is not None)
+        closing = tuple(item for item in (state_store, kb, durable) if item is not None)
         run_server(application, host=host, port=port, log_level=log_level, close=closing)
 
     from agentrt.cli.sessions import build_sessions_app
@@ -149,6 +195,9 @@ def build_app() -> "typer.Typer":
 
     app.command("work")(build_work_command())
     app.add_typer(build_sessions_app(), name="sessions")
+    from agentrt.cli.users import build_users_app
+
+    app.add_typer(build_users_app(), name="users")
     from agentrt.cli.mcp import build_mcp_app
 
     app.add_typer(build_mcp_app(), name="mcp")
@@ -164,6 +213,9 @@ def build_app() -> "typer.Typer":
     from agentrt.cli.batch import build_batch_command
 
     app.command("batch")(build_batch_command())
+    from agentrt.cli.worker import build_worker_command
+
+    app.command("worker")(build_worker_command())
     return app
 
 

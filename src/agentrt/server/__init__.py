@@ -4,9 +4,24 @@
 app; ``agentrt serve MODULE:AGENT`` runs one with uvicorn. See docs/server.md.
 """
 
-from agentrt.server._auth import ApiKeyAuth, RateLimit
+from agentrt.server._auth import ApiKeyAuth, Authenticator, CombinedAuth, Principal, RateLimit, Scope
 from agentrt.server._errors import ApiError
+from agentrt.server._oidc import OidcAuth
 from agentrt.server.app import DEFAULT_FACADES, create_app
 from agentrt.server.context import ServerContext
+from agentrt.server.jobs import DurableRuns
 
-__all__ = ["DEFAULT_FACADES", "ApiError", "ApiKeyAuth", "RateLimit", "ServerContext", "create_app"]
+__all__ = [
+    "DEFAULT_FACADES",
+    "ApiError",
+    "ApiKeyAuth",
+    "Authenticator",
+    "CombinedAuth",
+    "DurableRuns",
+    "OidcAuth",
+    "Principal",
+    "RateLimit",
+    "Scope",
+    "ServerContext",
+    "create_app",
+]

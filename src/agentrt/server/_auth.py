@@ -1,27 +1,114 @@
-"""API keys mapped to user ids, and per-key rate limits (token buckets).
+"""Who is calling: `Authenticator`s (API keys, OIDC bearer tokens), scopes, and rate limits per caller.
 
-Keys are kept only as SHA-256 digests: a lookup hashes the presented key and compares digests with
-`hmac.compare_digest`, so neither the comparison time nor a memory dump reveals a key, and no key
-ever reaches a log line or a ``repr``.
+An `Authenticator` turns the ``Authorization`` header into a `Principal` (a user id and the
+`Scope`s it holds) or raises `ApiError` 401. `ApiKeyAuth` holds static keys; `OidcAuth`
+(``server/_oidc.py``) validates JWTs from an OpenID Connect provider; `CombinedAuth` tries several
+in order. The server then checks the route's scope (403) and the caller's rate limit (429).
+
+API keys are kept only as SHA-256 digests: a lookup hashes the presented key and compares digests
+with `hmac.compare_digest`, so neither the comparison time nor a memory dump reveals a key, and no
+key ever reaches a log line or a ``repr``.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from agentrt.errors import UserError
 from agentrt.server._errors import ApiError
 
-__all__ = ["ENV_API_KEYS", "ApiKeyAuth", "RateLimit", "RateLimiter", "authenticate", "parse_api_keys_env"]
+__all__ = [
+    "ALL_SCOPES",
+    "DEFAULT_TOKEN_SCOPES",
+    "ENV_API_KEYS",
+    "ApiKeyAuth",
+    "Authenticator",
+    "CombinedAuth",
+    "Principal",
+    "RateLimit",
+    "RateLimiter",
+    "Scope",
+    "authenticate",
+    "bearer_credentials",
+    "check_rate",
+    "is_configured",
+    "parse_api_keys_env",
+    "require_scope",
+]
 
 ENV_API_KEYS = "AGENTRT_API_KEYS"
 """Environment variable with ``key1=user1,key2=user2``."""
+
+MAX_USER_ID = 200
+"""Longest user id a credential may map to."""
+
+
+class Scope(enum.StrEnum):
+    """What a caller may do; each route needs one (`ADMIN` grants every one)."""
+
+    SESSIONS_READ = "sessions:read"
+    """List agents and sessions; read a session, its events and its open questions."""
+    MESSAGES_WRITE = "messages:write"
+    """Post messages, interrupt, answer questions, delete a session; the OpenAI, AG-UI and A2A run endpoints."""
+    TOOLS_APPROVE = "tools:approve"
+    """Approve or deny tool calls (``/confirm``) and send external tool results (``/tool-results``)."""
+    KNOWLEDGE_READ = "knowledge:read"
+    """List and search the caller's knowledge bases."""
+    KNOWLEDGE_WRITE = "knowledge:write"
+    """Add and delete documents, drop knowledge bases."""
+    ADMIN = "admin"
+    """Everything, and the store problems ``/readyz`` lists."""
+
+
+ALL_SCOPES: frozenset[str] = frozenset(scope.value for scope in Scope)
+"""Every scope: what an API key without explicit scopes holds."""
+DEFAULT_TOKEN_SCOPES: frozenset[str] = ALL_SCOPES - {Scope.ADMIN.value}
+"""What a token naming none of agentrt's scopes holds by default (`OidcAuth(default_scopes=...)`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: its user id, its scopes, and the id of its rate-limit bucket."""
+
+    user_id: str
+    scopes: frozenset[str] = ALL_SCOPES
+    rate_key: str = ""
+    """The caller's token bucket (`RateLimiter`); empty: one per user id."""
+
+    def allows(self, scope: str | None) -> bool:
+        """Whether the caller holds `scope` (None: any authenticated caller; `Scope.ADMIN` holds every scope)."""
+        return scope is None or scope in self.scopes or Scope.ADMIN in self.scopes
+
+    def __repr__(self) -> str:
+        return f"Principal(user_id={self.user_id!r}, scopes={sorted(self.scopes)!r})"
+
+
+@runtime_checkable
+class Authenticator(Protocol):
+    """Turns an ``Authorization`` header into a `Principal`, or raises `ApiError` (401; 503 if it cannot tell)."""
+
+    async def authenticate(self, authorization: str | None) -> Principal: ...
+
+
+def parse_scopes(value: Any, where: str) -> frozenset[str]:
+    """Scope names from a list (or a space-separated string), each one of `Scope` (`UserError` otherwise)."""
+    items = value.split() if isinstance(value, str) else value
+    if not isinstance(items, Iterable) or isinstance(items, Mapping):
+        raise UserError(f"{where} must be a list of scopes, not {type(value).__name__}")
+    scopes: set[str] = set()
+    for item in items:
+        if not isinstance(item, str) or item not in ALL_SCOPES:
+            raise UserError(f"{where}: unknown scope {item!r}; known: {', '.join(sorted(ALL_SCOPES))}")
+        scopes.add(item)
+    return frozenset(scopes)
 
 
 def _digest(key: str) -> bytes:
@@ -44,23 +131,53 @@ def parse_api_keys_env(value: str) -> dict[str, str]:
     return keys
 
 
-class ApiKeyAuth:
-    """Bearer API keys mapped to user ids.
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agentrt"'}
 
-    ``ApiKeyAuth({"sk-alice": "alice"})``; `user_for(key)` returns the user id or None.
+
+def bearer_credentials(authorization: str | None, *, what: str = "API key", code: str = "invalid_api_key") -> str:
+    """The credentials of an ``Authorization: Bearer <credentials>`` header (`ApiError` 401 if missing or malformed)."""
+    if not authorization:
+        missing = "missing_api_key" if code == "invalid_api_key" else "missing_token"
+        raise ApiError(401, f"missing {what}: send 'Authorization: Bearer <{what}>'", code=missing, headers=_CHALLENGE)
+    scheme, _, credentials = authorization.partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() != "bearer" or not credentials:
+        raise ApiError(
+            401, f"malformed Authorization header: expected 'Bearer <{what}>'", code=code, headers=_CHALLENGE
+        )
+    return credentials
+
+
+class ApiKeyAuth:
+    """Bearer API keys mapped to user ids (and, optionally, to scopes).
+
+    ``ApiKeyAuth({"sk-alice": "alice"})``: the key's user holds every scope. A key limited to some
+    scopes maps to ``{"user": "bob", "scopes": ["sessions:read"]}``. `user_for(key)` returns the
+    user id or None.
     """
 
-    __slots__ = ("_users",)
+    __slots__ = ("_principals",)
 
-    def __init__(self, api_keys: Mapping[str, str]) -> None:
-        users: dict[bytes, str] = {}
-        for key, user in api_keys.items():
+    def __init__(self, api_keys: Mapping[str, str | Mapping[str, Any]]) -> None:
+        principals: dict[bytes, Principal] = {}
+        for key, grant in api_keys.items():
             if not isinstance(key, str) or not key.strip():
                 raise UserError("API keys must be non-empty strings")
-            if not isinstance(user, str) or not user or len(user) > 200:
+            scopes = ALL_SCOPES
+            if isinstance(grant, Mapping):
+                unknown = set(grant) - {"user", "scopes"}
+                if unknown or "user" not in grant:
+                    raise UserError("an API key maps to a user id, or to {'user': <user id>, 'scopes': [...]}")
+                if "scopes" in grant:
+                    scopes = parse_scopes(grant["scopes"], "an API key's scopes")
+                user = grant["user"]
+            else:
+                user = grant
+            if not isinstance(user, str) or not user or len(user) > MAX_USER_ID:
                 raise UserError("every API key must map to a user id (a non-empty string of at most 200 characters)")
-            users[_digest(key)] = user
-        self._users = users
+            digest = _digest(key)
+            principals[digest] = Principal(user, scopes, "key:" + digest[:8].hex())
+        self._principals = principals
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiKeyAuth:
@@ -69,19 +186,31 @@ class ApiKeyAuth:
         return cls(parse_api_keys_env(env.get(ENV_API_KEYS, "")))
 
     def __len__(self) -> int:
-        return len(self._users)
+        return len(self._principals)
 
-    def user_for(self, key: str) -> str | None:
-        """The user id of `key`, or None when it is unknown."""
+    def principal_for(self, key: str) -> Principal | None:
+        """The caller `key` authenticates, or None when it is unknown."""
         digest = _digest(key)
-        found = self._users.get(digest)
+        found = self._principals.get(digest)
         if found is None:
             return None
         # The dict lookup only ever sees digests; confirm in constant time all the same.
-        for stored in self._users:
+        for stored in self._principals:
             if hmac.compare_digest(stored, digest):
                 return found
         return None  # pragma: no cover - the lookup found it
+
+    def user_for(self, key: str) -> str | None:
+        """The user id of `key`, or None when it is unknown."""
+        found = self.principal_for(key)
+        return None if found is None else found.user_id
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """The caller of ``Authorization: Bearer <key>`` (`ApiError` 401 when missing, malformed or unknown)."""
+        found = self.principal_for(bearer_credentials(authorization))
+        if found is None:
+            raise ApiError(401, "invalid API key", code="invalid_api_key", headers=_CHALLENGE)
+        return found
 
     @staticmethod
     def key_id(key: str) -> str:
@@ -89,7 +218,63 @@ class ApiKeyAuth:
         return _digest(key)[:8].hex()
 
     def __repr__(self) -> str:
-        return f"ApiKeyAuth({len(self._users)} key(s))"
+        return f"ApiKeyAuth({len(self._principals)} key(s))"
+
+
+class CombinedAuth:
+    """Several authenticators tried in order: the first that accepts the credentials wins.
+
+    ``CombinedAuth([ApiKeyAuth(keys), OidcAuth(...)])`` accepts static keys (a digest lookup, tried
+    first) and tokens. A 401 from one moves on to the next; the last one's 401 is the answer. Any
+    other error (503: the identity provider cannot be reached) is the answer at once.
+    """
+
+    __slots__ = ("authenticators",)
+
+    def __init__(self, authenticators: Sequence[Authenticator]) -> None:
+        members = tuple(authenticators)
+        if not members:
+            raise UserError("CombinedAuth needs at least one authenticator")
+        for member in members:
+            if not isinstance(member, Authenticator):
+                raise UserError(f"{type(member).__name__} is not an authenticator (no async authenticate method)")
+        self.authenticators = members
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        failure: ApiError | None = None
+        for member in self.authenticators:
+            try:
+                return await member.authenticate(authorization)
+            except ApiError as exc:
+                if exc.status != 401:
+                    raise
+                failure = exc
+        assert failure is not None  # the constructor refuses an empty list
+        raise failure
+
+    def __repr__(self) -> str:
+        return f"CombinedAuth({', '.join(map(repr, self.authenticators))})"
+
+
+def is_configured(auth: Authenticator) -> bool:
+    """False for an authenticator that can accept no one: an `ApiKeyAuth` without keys (or only such ones)."""
+    if isinstance(auth, ApiKeyAuth):
+        return len(auth) > 0
+    if isinstance(auth, CombinedAuth):
+        return any(is_configured(member) for member in auth.authenticators)
+    return True
+
+
+def require_scope(principal: Principal, scope: str | None) -> None:
+    """`ApiError` 403 unless `principal` holds `scope` (the caller is known; the route is not theirs to use)."""
+    if principal.allows(scope):
+        return
+    raise ApiError(
+        403,
+        f"these credentials do not grant the scope {scope!r} this route needs",
+        code="insufficient_scope",
+        headers={"WWW-Authenticate": f'Bearer realm="agentrt", error="insufficient_scope", scope="{scope}"'},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +292,20 @@ class RateLimit:
 
 
 class RateLimiter:
-    """One token bucket per API key (keys are identified by `ApiKeyAuth.key_id`).
+    """One token bucket per caller (`Principal.rate_key`: per API key, per token user).
 
-    Only authenticated keys get a bucket, so memory is bounded by the number of configured keys.
+    Only authenticated callers get a bucket. Token users are not known in advance, so at most
+    `max_buckets` are kept: the least recently used one goes first (it is the likeliest to be full
+    again, so dropping it changes nothing).
     """
 
-    __slots__ = ("_buckets", "_clock", "limit")
+    __slots__ = ("_buckets", "_clock", "limit", "max_buckets")
 
-    def __init__(self, limit: RateLimit, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limit: RateLimit, *, clock: Callable[[], float] = time.monotonic, max_buckets: int = 100_000
+    ) -> None:
         self.limit = limit
+        self.max_buckets = max_buckets
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
 
@@ -123,41 +313,38 @@ class RateLimiter:
         """Take one token; returns 0 when allowed, else the seconds until a token is available."""
         now = self._clock()
         rate, burst = self.limit.rate, float(self.limit.burst)
-        tokens, last = self._buckets.get(key_id, (burst, now))
+        tokens, last = self._buckets.pop(key_id, (burst, now))  # re-inserted last: the dict is in LRU order
         tokens = min(burst, tokens + (now - last) * rate)
-        if tokens >= 1.0:
-            self._buckets[key_id] = (tokens - 1.0, now)
-            return 0.0
-        self._buckets[key_id] = (tokens, now)
-        return (1.0 - tokens) / rate
+        allowed = tokens >= 1.0
+        self._buckets[key_id] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_buckets:
+            del self._buckets[next(iter(self._buckets))]
+        return 0.0 if allowed else (1.0 - tokens) / rate
 
 
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="agentrt"'}
+def check_rate(rate_limiter: RateLimiter | None, principal: Principal) -> None:
+    """`ApiError` 429 (with ``Retry-After``) when `principal` has used up its requests."""
+    if rate_limiter is None:
+        return
+    wait = rate_limiter.acquire(principal.rate_key or "user:" + principal.user_id)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        raise ApiError(
+            429,
+            f"rate limit exceeded for these credentials; retry in {seconds} s",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(seconds)},
+        )
 
 
 def authenticate(auth: ApiKeyAuth, authorization: str | None, rate_limiter: RateLimiter | None = None) -> str:
-    """The user id of an ``Authorization: Bearer <key>`` header (`ApiError`: 401 missing or unknown, 429 limited)."""
-    if not authorization:
-        raise ApiError(
-            401, "missing API key: send 'Authorization: Bearer <key>'", code="missing_api_key", headers=_CHALLENGE
-        )
-    scheme, _, key = authorization.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        raise ApiError(
-            401, "malformed Authorization header: expected 'Bearer <key>'", code="invalid_api_key", headers=_CHALLENGE
-        )
-    user_id = auth.user_for(key)
-    if user_id is None:
+    """The user id of an ``Authorization: Bearer <key>`` header (`ApiError`: 401 missing or unknown, 429 limited).
+
+    The synchronous API-key check of earlier versions; the server itself awaits
+    `Authenticator.authenticate` (``ServerContext.authenticate``).
+    """
+    principal = auth.principal_for(bearer_credentials(authorization))
+    if principal is None:
         raise ApiError(401, "invalid API key", code="invalid_api_key", headers=_CHALLENGE)
-    if rate_limiter is not None:
-        wait = rate_limiter.acquire(ApiKeyAuth.key_id(key))
-        if wait > 0:
-            seconds = max(1, math.ceil(wait))
-            raise ApiError(
-                429,
-                f"rate limit exceeded for this API key; retry in {seconds} s",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(seconds)},
-            )
-    return user_id
+    check_rate(rate_limiter, principal)
+    return principal.user_id

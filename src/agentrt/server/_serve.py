@@ -21,13 +21,14 @@ from typing import Any
 from agentrt._target import import_target
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
-from agentrt.server._auth import ENV_API_KEYS, ApiKeyAuth, RateLimit, parse_api_keys_env
+from agentrt.server._auth import ENV_API_KEYS, ApiKeyAuth, RateLimit, parse_api_keys_env, parse_scopes
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["ServeConfig", "graceful_server", "load_agents", "load_config", "run_server"]
 
 _CONFIG_KEYS = {
     "api_keys",
+    "oidc",
     "store",
     "max_body_bytes",
     "rate_limit",
@@ -41,11 +42,39 @@ _CONFIG_KEYS = {
 }
 
 
+_OIDC_KEYS = {
+    "issuer",
+    "audience",
+    "jwks_url",
+    "user_claim",
+    "scopes_claim",
+    "scope_prefix",
+    "default_scopes",
+    "algorithms",
+    "leeway",
+    "jwks_ttl",
+    "refetch_interval",
+    "timeout",
+    "allow_http",
+    "trust_env",
+}
+"""Settings of the config file's ``[oidc]`` table: `OidcAuth`'s arguments (a shared secret is not one)."""
+_OIDC_ENV = {
+    "issuer": "AGENTRT_OIDC_ISSUER",
+    "audience": "AGENTRT_OIDC_AUDIENCE",
+    "user_claim": "AGENTRT_OIDC_USER_CLAIM",
+    "jwks_url": "AGENTRT_OIDC_JWKS_URL",
+}
+"""Environment variables that set (over the config file) the main ``[oidc]`` settings."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ServeConfig:
     """Settings of `agentrt serve` (from ``--config FILE`` and the environment)."""
 
-    api_keys: dict[str, str] = field(default_factory=dict)
+    api_keys: dict[str, str | dict[str, Any]] = field(default_factory=dict)
+    oidc: dict[str, Any] = field(default_factory=dict)
+    """`OidcAuth` arguments (none: no bearer tokens, API keys only)."""
     store: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     rate_limit: RateLimit | None = None
@@ -58,10 +87,36 @@ class ServeConfig:
     """Store URL of the knowledge bases served under ``/v1/knowledge`` (none when unset)."""
     max_upload_bytes: int = 20 * 1024 * 1024
 
+    def with_oidc(self, **settings: str | None) -> ServeConfig:
+        """Set the ``[oidc]`` settings given (not None) over the file's and the environment's (CLI options)."""
+        for name, value in settings.items():
+            if name not in _OIDC_KEYS:
+                raise UserError(f"unknown OIDC setting {name!r}")
+            if value is not None:
+                self.oidc[name] = _oidc_value(name, value)
+        return self
+
+    def auth_options(self) -> dict[str, Any]:
+        """`create_app`'s `api_keys` and `auth`: the keys, an `OidcAuth`, or both (`UserError` if half set)."""
+        keys = ApiKeyAuth(self.api_keys)
+        if not self.oidc:
+            return {"api_keys": keys}
+        missing = [name for name in ("issuer", "audience") if not self.oidc.get(name)]
+        if missing:
+            raise UserError(
+                f"OIDC needs an issuer and an audience; {' and '.join(missing)} missing "
+                "(--oidc-issuer/--oidc-audience, AGENTRT_OIDC_ISSUER/AGENTRT_OIDC_AUDIENCE, or the [oidc] table)"
+            )
+        from agentrt.server._oidc import OidcAuth
+
+        oidc = dict(self.oidc)
+        auth = OidcAuth(oidc.pop("issuer"), oidc.pop("audience"), **oidc)
+        return {"api_keys": keys, "auth": auth} if len(keys) else {"auth": auth}
+
     def app_options(self) -> dict[str, Any]:
         """Keyword arguments for `create_app`."""
         return {
-            "api_keys": ApiKeyAuth(self.api_keys),
+            **self.auth_options(),
             "max_body_bytes": self.max_body_bytes,
             "rate_limit": self.rate_limit,
             "shutdown_timeout": self.shutdown_timeout,
@@ -83,10 +138,71 @@ def _number(data: Mapping[str, Any], key: str, kind: type[int] | type[float], de
     return kind(value)
 
 
+def _oidc_value(name: str, value: Any) -> Any:
+    """A checked ``[oidc]`` setting (`OidcAuth` checks the rest when it is built)."""
+    if name == "audience":
+        if isinstance(value, str):
+            value = [a.strip() for a in value.split(",") if a.strip()]
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) and a for a in value):
+            raise UserError("config: oidc.audience must be a string (comma-separated for several) or a list")
+        return value[0] if len(value) == 1 else value
+    if name == "default_scopes":
+        return parse_scopes(value, "config: oidc.default_scopes")
+    if name in ("leeway", "jwks_ttl", "refetch_interval", "timeout"):
+        return _number({name: value}, name, float, None)
+    if name in ("allow_http", "trust_env"):
+        if not isinstance(value, bool):
+            raise UserError(f"config: oidc.{name} must be true or false")
+        return value
+    if name in ("scopes_claim", "algorithms") and isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise UserError(f"config: oidc.{name} must be a list of strings")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise UserError(f"config: oidc.{name} must be a string")
+    return value
+
+
+def _load_oidc(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    raw = data.get("oidc") or {}
+    if not isinstance(raw, dict):
+        raise UserError('config: \'oidc\' must be a table like {issuer = "https://...", audience = "agentrt"}')
+    unknown = sorted(set(raw) - _OIDC_KEYS)
+    if unknown:
+        raise UserError(f"config: unknown oidc setting(s) {', '.join(map(repr, unknown))}; known: {sorted(_OIDC_KEYS)}")
+    oidc = {name: _oidc_value(name, value) for name, value in raw.items()}
+    for name, variable in _OIDC_ENV.items():
+        if env.get(variable):
+            oidc[name] = _oidc_value(name, env[variable])
+    return oidc
+
+
+def _load_api_keys(data: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str | dict[str, Any]]:
+    keys = data.get("api_keys") or {}
+
+    def grant(value: Any) -> bool:
+        if isinstance(value, str):
+            return True
+        return isinstance(value, dict) and isinstance(value.get("user"), str)
+
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and grant(v) for k, v in keys.items()):
+        raise UserError(
+            "config: 'api_keys' must be a table of key = \"user id\" strings "
+            '(or key = {user = "user id", scopes = [...]})'
+        )
+    api_keys: dict[str, str | dict[str, Any]] = dict(keys)
+    api_keys.update(parse_api_keys_env(env.get(ENV_API_KEYS, "")))
+    ApiKeyAuth(api_keys)  # checks the scopes and user ids now, without naming a key
+    return api_keys
+
+
 def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> ServeConfig:
     """Read a TOML (``.toml``) or JSON config file, then add keys from ``AGENTRT_API_KEYS``.
 
-    Keys: ``api_keys`` (table key -> user id), ``store``, ``max_body_bytes``, ``rate_limit``
+    Keys: ``api_keys`` (table key -> user id, or -> ``{user, scopes}``), ``oidc`` (`OidcAuth`'s
+    settings: ``issuer``, ``audience``, ``user_claim``, ``jwks_url``, ...; ``AGENTRT_OIDC_ISSUER``,
+    ``AGENTRT_OIDC_AUDIENCE``, ``AGENTRT_OIDC_USER_CLAIM``, ``AGENTRT_OIDC_JWKS_URL`` set those four
+    over the file), ``store``, ``max_body_bytes``, ``rate_limit``
     (``{rate = <per second>, burst = <n>}``), ``shutdown_timeout``, ``disconnect_grace``,
     ``heartbeat``, ``event_buffer``, ``facades``, ``knowledge`` (a knowledge store URL: serves
     ``/v1/knowledge``), ``max_upload_bytes``.
@@ -110,11 +226,8 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
     unknown = sorted(set(data) - _CONFIG_KEYS)
     if unknown:
         raise UserError(f"config: unknown setting(s) {', '.join(map(repr, unknown))}; known: {sorted(_CONFIG_KEYS)}")
-    keys = data.get("api_keys") or {}
-    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
-        raise UserError("config: 'api_keys' must be a table of key = \"user id\" strings")
-    api_keys = dict(keys)
-    api_keys.update(parse_api_keys_env(env.get(ENV_API_KEYS, "")))
+    api_keys = _load_api_keys(data, env)
+    oidc = _load_oidc(data, env)
     rate_limit = None
     raw_limit = data.get("rate_limit")
     if raw_limit is not None:
@@ -133,6 +246,7 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
         raise UserError("config: 'facades' must be a list of names")
     return ServeConfig(
         api_keys=api_keys,
+        oidc=oidc,
         store=store,
         max_body_bytes=_number(data, "max_body_bytes", int, DEFAULT_MAX_BODY_BYTES),
         rate_limit=rate_limit,

@@ -79,6 +79,7 @@ from agentrt.message import (
     ToolResultBlock,
     VideoBlock,
 )
+from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError
 from agentrt.server.context import ServerContext, pending_calls
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
@@ -139,7 +140,7 @@ def routes(server: ServerContext) -> list[BaseRoute]:
         cards[name] = _card_endpoint(agent, path)
 
     async def rpc(request: Request) -> Response:
-        user_id = server.authenticate(request)
+        user_id = await server.authenticate(request, scope=Scope.MESSAGES_WRITE)
         name = request.path_params["agent"]
         server.get_agent(name)  # 404 for an unknown agent
         # The server reads the body under its size limit (413) and JSON check (400); the SDK reads

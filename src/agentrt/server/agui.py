@@ -98,6 +98,7 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.message import TokenUsage as AgentrtUsage
+from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError
 from agentrt.server.context import ServerContext, citations_of, pending_calls
 from agentrt.state.base import AgentState
@@ -162,7 +163,7 @@ def routes(server: ServerContext) -> list[BaseRoute]:
     """The AG-UI routes of the app: ``POST /agui/{agent}``."""
 
     async def run_agent(request: Request) -> Response:
-        user_id = server.authenticate(request)
+        user_id = await server.authenticate(request, scope=Scope.MESSAGES_WRITE)
         name = request.path_params["agent"]
         agent = server.get_agent(name)
         run_input = server.validate(await server.parse_json(request), RunAgentInput)

@@ -19,12 +19,13 @@ from starlette.routing import BaseRoute
 
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
-from agentrt.server._auth import ApiKeyAuth, RateLimit, RateLimiter
+from agentrt.server._auth import ApiKeyAuth, Authenticator, CombinedAuth, RateLimit, RateLimiter, is_configured
 from agentrt.server._errors import exception_handlers
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, id_problem
 from agentrt.server._runs import RunRegistry
 from agentrt.server._sse import DEFAULT_HEARTBEAT
 from agentrt.server.context import ServerContext, pending_calls, validation_error
+from agentrt.server.jobs import DurableRuns
 from agentrt.server.routes import service_routes, session_routes
 from agentrt.state.base import AgentStateStore
 
@@ -71,9 +72,9 @@ def _normalise_agents(agents: Mapping[str, AgentBase] | AgentBase | Sequence[Age
 def create_app(
     agents: Mapping[str, AgentBase] | AgentBase | Sequence[AgentBase],
     store: AgentStateStore | None = None,
-    api_keys: Mapping[str, str] | ApiKeyAuth | None = None,
+    api_keys: Mapping[str, str | Mapping[str, Any]] | ApiKeyAuth | None = None,
     *,
-    auth: ApiKeyAuth | None = None,
+    auth: Authenticator | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     rate_limit: RateLimit | None = None,
     heartbeat: float = DEFAULT_HEARTBEAT,
@@ -85,15 +86,18 @@ def create_app(
     debug: bool = False,
     knowledge: Knowledge | None = None,
     max_upload_bytes: int = 20 * 1024 * 1024,
+    jobs: DurableRuns | None = None,
 ) -> Starlette:
     """The ASGI app serving `agents` over HTTP (see docs/server.md).
 
     Args:
         agents: ``{"name": agent}`` (or one agent, or a list, served under their own names).
         store: The state store of every agent that has none of its own.
-        api_keys: ``{"key": "user_id"}`` or an `ApiKeyAuth`; default: ``AGENTRT_API_KEYS``
-            (``key1=user1,key2=user2``). At least one key is required.
-        auth: Same as passing an `ApiKeyAuth` as `api_keys`.
+        api_keys: ``{"key": "user_id"}`` (or ``{"key": {"user": "user_id", "scopes": [...]}}``) or an
+            `ApiKeyAuth`; default, unless `auth` is given: ``AGENTRT_API_KEYS`` (``key1=user1,key2=user2``).
+        auth: How callers authenticate: an `ApiKeyAuth`, an `OidcAuth` (bearer JWTs of an OpenID
+            Connect provider), a `CombinedAuth` of both, or any `Authenticator`. With `api_keys`
+            too, both are accepted (keys first). Keys or a token issuer are required.
         max_body_bytes: Larger request bodies get 413 (default 1 MiB).
         rate_limit: Token bucket per API key (429 with Retry-After); None: unlimited.
         heartbeat: Seconds between ``: ping`` comments on a quiet SSE stream.
@@ -108,20 +112,13 @@ def create_app(
         knowledge: Serve ``/v1/knowledge`` over it: each user manages and searches the knowledge
             bases of their own namespace (the user id) on its store (docs/knowledge.md).
         max_upload_bytes: Largest document a knowledge route accepts (413 above; default 20 MiB).
+        jobs: Durable runs (`agentrt.server.jobs.DurableRuns`): a message to the native routes
+            becomes a job in the shared backend, run by a worker of any replica (this process's
+            workers start with the app), taken over when its worker dies, its events readable
+            from any replica with ``Last-Event-ID``. None: runs execute in this process.
     """
     named = _normalise_agents(agents)
-    if auth is None:
-        if isinstance(api_keys, ApiKeyAuth):
-            auth = api_keys
-        elif api_keys is not None:
-            auth = ApiKeyAuth(api_keys)
-        else:
-            auth = ApiKeyAuth.from_env()
-    if len(auth) == 0:
-        raise UserError(
-            "no API keys configured: pass api_keys={'key': 'user_id'}, set AGENTRT_API_KEYS='key1=user1,...' "
-            "or use `agentrt serve --config FILE`"
-        )
+    auth = _authenticator(api_keys, auth)
     if not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise UserError(f"max_body_bytes must be a positive integer, not {max_body_bytes!r}")
     if store is not None:
@@ -137,6 +134,7 @@ def create_app(
         heartbeat=heartbeat,
         shutdown_timeout=shutdown_timeout,
         runs=RunRegistry(buffer_size=event_buffer, disconnect_grace=disconnect_grace),
+        jobs=jobs,
     )
     routes = session_routes(server)
     extra_paths: dict[str, Any] = {}
@@ -153,12 +151,44 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         server.runs.accepting = True  # an app can be started again after a shutdown (tests do)
         await server.migrate_legacy_sessions()
+        if jobs is not None:
+            jobs.start(named, server.event_bytes)
         yield
         await server.shutdown()
 
     app = Starlette(debug=debug, routes=routes, lifespan=lifespan, exception_handlers=exception_handlers())
     app.state.agentrt = server
     return app
+
+
+def _authenticator(
+    api_keys: Mapping[str, str | Mapping[str, Any]] | ApiKeyAuth | None, auth: Authenticator | None
+) -> Authenticator:
+    """The app's authenticator from `create_app`'s `api_keys` and `auth` (`UserError` when it accepts no one)."""
+    keys: ApiKeyAuth | None = None
+    if isinstance(api_keys, ApiKeyAuth):
+        keys = api_keys
+    elif api_keys is not None:
+        keys = ApiKeyAuth(api_keys)
+    elif auth is None:
+        keys = ApiKeyAuth.from_env()
+    if auth is not None and not isinstance(auth, Authenticator):
+        raise UserError(f"auth must be an ApiKeyAuth, an OidcAuth or another Authenticator, not {auth!r}")
+    chosen: Authenticator
+    if auth is None:
+        assert keys is not None
+        chosen = keys
+    elif keys is None:
+        chosen = auth
+    else:
+        chosen = CombinedAuth([keys, auth])
+    if not is_configured(chosen):
+        raise UserError(
+            "no API keys or token issuer configured: pass api_keys={'key': 'user_id'} or auth=OidcAuth(issuer, "
+            "audience), set AGENTRT_API_KEYS='key1=user1,...' or AGENTRT_OIDC_ISSUER and AGENTRT_OIDC_AUDIENCE, "
+            "or use `agentrt serve --config FILE`"
+        )
+    return chosen
 
 
 def _load_facade(facade: str, server: ServerContext, extra_paths: dict[str, Any]) -> list[BaseRoute]:

@@ -25,16 +25,17 @@ from agentrt import events as ev
 from agentrt.agent.base import AgentBase, AgentInput
 from agentrt.context import RuntimeContext
 from agentrt.message import Msg
-from agentrt.server._auth import ApiKeyAuth, RateLimiter, authenticate
+from agentrt.server._auth import Authenticator, RateLimiter, check_rate, require_scope
 from agentrt.server._errors import ApiError, redact_secrets
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, BodyTooLargeError, header_safe, id_problem, read_body
 from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
+from agentrt.server.jobs import DurableRuns
 from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
 from agentrt.tool.questions import QuestionPolicy
 
-__all__ = ["ServerContext", "citations_of", "pending_calls", "validation_error"]
+__all__ = ["ServerContext", "citations_of", "encode_event", "pending_calls", "validation_error"]
 
 logger = logging.getLogger("agentrt.server")
 
@@ -54,19 +55,29 @@ class ServerContext:
 
     agents: Mapping[str, AgentBase]
     store: AgentStateStore | None
-    auth: ApiKeyAuth
+    auth: Authenticator
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     rate_limiter: RateLimiter | None = None
     heartbeat: float = DEFAULT_HEARTBEAT
     shutdown_timeout: float = 10.0
     runs: RunRegistry = field(default_factory=RunRegistry)
+    jobs: DurableRuns | None = None
+    """Durable runs (`agentrt.server.jobs`): messages become jobs any replica's worker runs; None: in process."""
 
     # -- requests ---------------------------------------------------------------------------------------------
-    def authenticate(self, request: Request) -> str:
-        """The user id of the request's ``Authorization: Bearer <key>`` (401 if missing or unknown, 429 if limited)."""
-        user_id = authenticate(self.auth, request.headers.get("authorization"), self.rate_limiter)
-        request.state.user_id = user_id
-        return user_id
+    async def authenticate(self, request: Request, *, scope: str | None = None) -> str:
+        """The user id of the request's ``Authorization: Bearer <key or token>``.
+
+        `ApiError` 401 if the credentials are missing, unknown or invalid, 429 if the caller is over
+        its rate limit, 403 if it lacks `scope` (a `Scope`; None: any authenticated caller). The
+        caller's `Principal` is left in ``request.state.principal``.
+        """
+        principal = await self.auth.authenticate(request.headers.get("authorization"))
+        check_rate(self.rate_limiter, principal)
+        require_scope(principal, scope)
+        request.state.user_id = principal.user_id
+        request.state.principal = principal
+        return principal.user_id
 
     def get_agent(self, name: str) -> AgentBase:
         """The agent served as `name` (404 if none)."""
@@ -203,28 +214,7 @@ class ServerContext:
     def event_json(self, agent_name: str, event: ev.AgentEvent) -> bytes:
         """An event's JSON (its session id is the caller's own: the store adds the agent part)."""
         del agent_name  # kept for facades: events of every agent are encoded the same way
-        cls = type(event)
-        names = _FLAT_EVENTS.get(cls)
-        if names is not None:
-            # The frequent small events (deltas) hold only JSON scalars: skip the generic walk.
-            data = {"type": event.type}
-            for name in names:
-                data[name] = getattr(event, name)
-            return _json.dumps_bytes(data)
-        # `event.to_dict()` in JSON, with messages through their own `to_dict` and orjson walking the
-        # rest (the same bytes as ``dumps_bytes(event.to_dict())``, without a Python walk of it).
-        names = _EVENT_FIELDS.get(cls)
-        if names is None:
-            names = _EVENT_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-        data = {"type": event.type}
-        for name in names:
-            value = getattr(event, name)
-            if type(value) is Msg:
-                value = value.to_dict()
-            elif type(value) is list and value and all(type(m) is Msg for m in value):
-                value = [m.to_dict() for m in value]
-            data[name] = value
-        return _json.dumps_jsonable_bytes(data)
+        return encode_event(event)
 
     def error_json(self, agent_name: str, session_id: str, exc: BaseException) -> bytes:
         """A ``run_error`` event for a call that failed before the agent could report it."""
@@ -310,8 +300,58 @@ class ServerContext:
         return EventStreamResponse(source, heartbeat=self.heartbeat, headers=headers)
 
     async def shutdown(self) -> None:
-        """Refuse new runs (503), interrupt the running ones and wait for their checkpoints."""
+        """Refuse new runs (503), interrupt the running ones and wait for their checkpoints.
+
+        With durable runs, this process's workers stop claiming, finish their jobs within the
+        shutdown timeout and hand the rest back, so other replicas resume them at once.
+        """
+        self.runs.accepting = False
+        if self.jobs is not None:
+            await self.jobs.drain(self.shutdown_timeout)
         await self.runs.shutdown(self.shutdown_timeout)
+
+    # -- durable runs ----------------------------------------------------------------------------------------
+    def event_bytes(self, event: ev.AgentEvent) -> bytes:
+        """An event's JSON as the SSE stream carries it (the encoder of this server's job workers)."""
+        return encode_event(event)
+
+    async def stream_job(
+        self, agent_name: str, user_id: str, session_id: str, input: AgentInput
+    ) -> EventStreamResponse:
+        """Record the run as a job and answer with its event stream (from the log, any replica's worker)."""
+        self.ensure_accepting()
+        assert self.jobs is not None
+        job = await self.jobs.submit(agent_name, user_id, session_id, input)
+        return EventStreamResponse(
+            self.jobs.events(job.id),
+            heartbeat=self.heartbeat,
+            headers={"X-Session-Id": header_safe(session_id), "X-Run-Id": job.id},
+        )
+
+    async def call_job(self, agent_name: str, user_id: str, session_id: str, input: AgentInput) -> Msg:
+        """Record the run as a job and wait for its reply (whichever worker runs it)."""
+        self.ensure_accepting()
+        assert self.jobs is not None
+        job = await self.jobs.submit(agent_name, user_id, session_id, input)
+        try:
+            return await self.jobs.result(job)
+        except RuntimeError as exc:
+            raise ApiError(500, str(exc), code="run_failed") from None
+
+    async def job_events(
+        self, agent_name: str, user_id: str, session_id: str, job_id: str, after: int
+    ) -> EventStreamResponse | None:
+        """The events after `after` of the caller's own run `job_id`; None when there is no such run."""
+        if self.jobs is None:
+            return None
+        job = await self.jobs.backend.job(job_id)
+        if job is None or (job.agent, job.user_id, job.session_id) != (agent_name, user_id, session_id):
+            return None  # unknown, expired, or someone else's: the same answer
+        return EventStreamResponse(
+            self.jobs.events(job_id, after),
+            heartbeat=self.heartbeat,
+            headers={"X-Session-Id": header_safe(session_id), "X-Run-Id": job_id},
+        )
 
     async def check_ready(self) -> list[str]:
         """Problems that make this replica unready (empty when it can serve); passwords are masked."""
@@ -319,6 +359,11 @@ class ServerContext:
         if not self.runs.accepting:
             problems.append("shutting down")
             return problems
+        if self.jobs is not None:
+            try:
+                await asyncio.wait_for(self.jobs.depth(), _READY_TIMEOUT)
+            except Exception as exc:
+                problems.append(redact_secrets(f"job backend unreachable: {type(exc).__name__}: {exc}")[:500])
         stores: dict[int, AgentStateStore] = {}
         for agent in self.agents.values():
             stores.setdefault(id(agent.state_store), agent.state_store)
@@ -329,6 +374,32 @@ class ServerContext:
                 problem = f"state store {type(store).__name__} unreachable: {type(exc).__name__}: {exc}"
                 problems.append(redact_secrets(problem)[:500])
         return problems
+
+
+def encode_event(event: ev.AgentEvent) -> bytes:
+    """An event as the JSON the SSE streams carry (the encoder of the server and its job workers)."""
+    cls = type(event)
+    names = _FLAT_EVENTS.get(cls)
+    if names is not None:
+        # The frequent small events (deltas) hold only JSON scalars: skip the generic walk.
+        data = {"type": event.type}
+        for name in names:
+            data[name] = getattr(event, name)
+        return _json.dumps_bytes(data)
+    # `event.to_dict()` in JSON, with messages through their own `to_dict` and orjson walking the
+    # rest (the same bytes as ``dumps_bytes(event.to_dict())``, without a Python walk of it).
+    names = _EVENT_FIELDS.get(cls)
+    if names is None:
+        names = _EVENT_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    data = {"type": event.type}
+    for name in names:
+        value = getattr(event, name)
+        if type(value) is Msg:
+            value = value.to_dict()
+        elif type(value) is list and value and all(type(m) is Msg for m in value):
+            value = [m.to_dict() for m in value]
+        data[name] = value
+    return _json.dumps_jsonable_bytes(data)
 
 
 _EVENT_FIELDS: dict[type[ev.AgentEvent], tuple[str, ...]] = {}

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from agentrt.errors import InvalidTypeError, InvalidValueError, UserError
 from agentrt.knowledge.filters import check_untrusted_filters
 from agentrt.knowledge.knowledge import MAX_K, Knowledge, check_name
+from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError, InvalidParameterError, json_response
 from agentrt.server._limits import BodyTooLargeError, id_problem, parse_uint, read_body
 
@@ -100,9 +101,9 @@ class KnowledgeRoutes:
         self.max_upload_bytes = max_upload_bytes
 
     # -- helpers --------------------------------------------------------------------------------------------
-    def _user_kb(self, request: Request, *, kb: str | None = None) -> Knowledge:
-        """The caller's view of the knowledge base named in the URL (401, 422)."""
-        user_id = self.server.authenticate(request)
+    async def _user_kb(self, request: Request, scope: Scope, *, kb: str | None = None) -> Knowledge:
+        """The caller's view of the knowledge base named in the URL (401, 403, 422)."""
+        user_id = await self.server.authenticate(request, scope=scope)
         try:
             mine = self.knowledge.for_namespace(user_id)
         except InvalidValueError:
@@ -121,22 +122,22 @@ class KnowledgeRoutes:
 
     # -- routes ---------------------------------------------------------------------------------------------
     async def list_kbs(self, request: Request) -> Response:
-        mine = self._user_kb(request)
+        mine = await self._user_kb(request, Scope.KNOWLEDGE_READ)
         names = await mine.store.kbs(mine.namespace)
         return json_response({"knowledge_bases": [{"name": n} for n in names], "default": self.knowledge.name})
 
     async def list_documents(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_READ)
         return json_response({"kb": kb.name, "documents": [_document(d) for d in await kb.documents()]})
 
     async def drop_kb(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_WRITE)
         if not await kb.drop():
             raise ApiError(404, "no such knowledge base", code="kb_not_found", param="kb")
         return Response(status_code=204)
 
     async def delete_document(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_WRITE)
         source = _source_param(request.query_params.get("source"), "source")
         if source is None:
             raise InvalidParameterError(
@@ -148,7 +149,7 @@ class KnowledgeRoutes:
         return Response(status_code=204)
 
     async def search(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_READ)
         query = request.query_params.get("q", "")
         if not query.strip() or len(query) > MAX_QUERY_CHARS or _CONTROL.search(query):
             raise InvalidParameterError(
@@ -172,7 +173,7 @@ class KnowledgeRoutes:
         return json_response({"kb": kb.name, "query": query, "passages": [_passage(p, with_score=True) for p in found]})
 
     async def get_chunk(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_READ)
         chunk_id = request.path_params["chunk_id"]
         passage = None if id_problem("chunk id", chunk_id) else await kb.chunk(chunk_id)
         if passage is None:
@@ -180,7 +181,7 @@ class KnowledgeRoutes:
         return json_response({"kb": kb.name, **_passage(passage)})
 
     async def add_document(self, request: Request) -> Response:
-        kb = self._user_kb(request)
+        kb = await self._user_kb(request, Scope.KNOWLEDGE_WRITE)
         self.server.ensure_accepting()
         kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if kind == "application/json":

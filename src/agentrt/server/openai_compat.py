@@ -65,6 +65,7 @@ from agentrt.message import (
     ToolUseBlock,
 )
 from agentrt.permission import ConfirmResult
+from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError, error_for_exception, json_response
 from agentrt.server._limits import header_safe
 from agentrt.server._models import ChatCompletion, ChatCompletionRequest, ChatMessage
@@ -102,11 +103,11 @@ def routes(server: ServerContext) -> list[BaseRoute]:
         return await chat_completions(server, request)
 
     async def list_models(request: Request) -> Response:
-        server.authenticate(request)
+        await server.authenticate(request, scope=Scope.SESSIONS_READ)
         return json_response({"object": "list", "data": [_model(name, created) for name in server.agents]})
 
     async def retrieve_model(request: Request) -> Response:
-        server.authenticate(request)
+        await server.authenticate(request, scope=Scope.SESSIONS_READ)
         name = request.path_params["model"]
         if name not in server.agents:
             shown = name if len(name) <= 100 else name[:100] + "..."
@@ -247,7 +248,7 @@ def _request_schema(server: ServerContext) -> dict[str, Any]:
 # -- the endpoint ----------------------------------------------------------------------------------------------
 async def chat_completions(server: ServerContext, request: Request) -> Response:
     """Run the agent named by `model` on the request's messages."""
-    user_id = server.authenticate(request)
+    user_id = await server.authenticate(request, scope=Scope.MESSAGES_WRITE)
     raw = await server.parse_json(request)
     body = server.validate(raw, ChatCompletionRequest)
     if body.model not in server.agents:

@@ -19,6 +19,7 @@ from agentrt.agent.base import AgentBase, AgentInput
 from agentrt.errors import InvalidAnswerError, UserError
 from agentrt.message import Msg, ToolResultBlock, block_from_dict
 from agentrt.permission import ConfirmResult
+from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError, InvalidParameterError, json_response
 from agentrt.server._limits import header_safe, parse_last_event_id, parse_uint
 from agentrt.server._models import (
@@ -80,7 +81,7 @@ def service_routes(
         body: dict[str, Any] = {"status": status}
         if request.headers.get("authorization"):
             with contextlib.suppress(ApiError):
-                server.authenticate(request)
+                await server.authenticate(request, scope=Scope.ADMIN)
                 body["problems"] = problems
         return json_response(body, 503 if problems else 200)
 
@@ -100,9 +101,9 @@ class SessionRoutes:
     def __init__(self, server: ServerContext) -> None:
         self.server = server
 
-    def _target(self, request: Request) -> tuple[str, str, AgentBase, str]:
+    async def _target(self, request: Request, scope: Scope) -> tuple[str, str, AgentBase, str]:
         server = self.server
-        user_id = server.authenticate(request)
+        user_id = await server.authenticate(request, scope=scope)
         name = request.path_params["agent"]
         agent = server.get_agent(name)
         session_id = server.check_session_id(request.path_params["session_id"])
@@ -112,6 +113,14 @@ class SessionRoutes:
         self, name: str, agent: AgentBase, user_id: str, session_id: str, input: AgentInput, stream: bool
     ) -> Response:
         server = self.server
+        if server.jobs is not None:  # a durable run: a job any replica's worker runs
+            if stream:
+                return await server.stream_job(name, user_id, session_id, input)
+            reply = await server.call_job(name, user_id, session_id, input)
+            return json_response(
+                {"message": reply.to_dict(), "session_id": session_id},
+                headers={"X-Session-Id": header_safe(session_id)},
+            )
         ctx = server.context_for(user_id, name, session_id)
         if stream:
             return server.stream_run(name, agent, ctx, input)
@@ -121,7 +130,7 @@ class SessionRoutes:
         )
 
     async def post_message(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.MESSAGES_WRITE)
         raw = await self.server.parse_json(request)
         body = self.server.validate(raw, MessageRequest)
         input: AgentInput
@@ -132,7 +141,7 @@ class SessionRoutes:
         return await self._answer(name, agent, user_id, session_id, input, body.stream)
 
     async def post_confirm(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.TOOLS_APPROVE)
         body = await self.server.parse_body(request, ConfirmRequest)
         waiting = await self._waiting(user_id, name, session_id, CONFIRM)
         results: list[ConfirmResult] = []
@@ -156,7 +165,7 @@ class SessionRoutes:
         return await self._answer(name, agent, user_id, session_id, msg, body.stream)
 
     async def post_tool_results(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.TOOLS_APPROVE)
         raw = await self.server.parse_json(request)
         body = self.server.validate(raw, ToolResultsRequest)
         waiting = await self._waiting(user_id, name, session_id, EXTERNAL)
@@ -192,7 +201,7 @@ class SessionRoutes:
         return waiting
 
     async def post_interrupt(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.MESSAGES_WRITE)
         body = await self.server.parse_body(request, InterruptRequest, allow_empty=True)
         ctx = self.server.context_for(user_id, name, session_id)
         if not self.server.runs.is_running(self.server.session_address(user_id, name, session_id)):
@@ -200,7 +209,7 @@ class SessionRoutes:
         return json_response({"interrupted": agent.interrupt(ctx, msg=body.message)})
 
     async def get_questions(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.SESSIONS_READ)
         ctx = self.server.context_for(user_id, name, session_id)
         questions = agent.questions(ctx)
         if not questions:
@@ -209,7 +218,7 @@ class SessionRoutes:
 
     async def post_answer(self, request: Request) -> Response:
         """Deliver the human's answer to a question the running call waits for (in this process)."""
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.MESSAGES_WRITE)
         body = await self.server.parse_body(request, AnswerRequest)
         ctx = self.server.context_for(user_id, name, session_id)
         waiting = [q.id for q in agent.questions(ctx)]
@@ -238,7 +247,7 @@ class SessionRoutes:
             await self.server.ownership_check(user_id, name, session_id)
 
     async def get_session(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.SESSIONS_READ)
         limit = _int_query(request, "limit", default=None, low=0, high=1_000_000)
         state = await self.server.ownership_check(user_id, name, session_id)
         messages = state.messages if limit is None else state.messages[len(state.messages) - limit :] if limit else []
@@ -265,7 +274,7 @@ class SessionRoutes:
         )
 
     async def delete_session(self, request: Request) -> Response:
-        user_id, name, agent, session_id = self._target(request)
+        user_id, name, agent, session_id = await self._target(request, Scope.MESSAGES_WRITE)
         await self.server.ownership_check(user_id, name, session_id)
         key = self.server.state_key(agent)
         store = agent.state_store
@@ -276,7 +285,7 @@ class SessionRoutes:
         return Response(status_code=204)
 
     async def get_events(self, request: Request) -> Response:
-        user_id, name, _agent, session_id = self._target(request)
+        user_id, name, _agent, session_id = await self._target(request, Scope.SESSIONS_READ)
         server = self.server
         key = server.session_address(user_id, name, session_id)
         last, param = request.headers.get("last-event-id"), "Last-Event-ID"
@@ -293,6 +302,9 @@ class SessionRoutes:
                     param=param,
                 )
             token, after = position
+            durable = await server.job_events(name, user_id, session_id, token, after)
+            if durable is not None:  # a durable run, on whichever replica its worker is
+                return durable
         live = server.runs.find_live(key, token)
         if live is None:
             await server.ownership_check(user_id, name, session_id)
@@ -314,7 +326,7 @@ class SessionRoutes:
         )
 
     async def list_sessions(self, request: Request) -> Response:
-        user_id = self.server.authenticate(request)
+        user_id = await self.server.authenticate(request, scope=Scope.SESSIONS_READ)
         name = request.path_params["agent"]
         agent = self.server.get_agent(name)
         sessions = [
@@ -329,7 +341,7 @@ class SessionRoutes:
         return json_response({"sessions": sessions})
 
     async def list_agents(self, request: Request) -> Response:
-        self.server.authenticate(request)
+        await self.server.authenticate(request, scope=Scope.SESSIONS_READ)
         return json_response(
             {"agents": [{"name": name, "description": agent.description} for name, agent in self.server.agents.items()]}
         )

@@ -24,6 +24,9 @@ name                                       type      labels
 ``agentrt_active_sessions``                gauge     ``agent`` (sessions with a call in flight)
 ``agentrt_session_lock_wait_seconds``      histogram ``store`` (time to acquire a session lock)
 ``agentrt_session_lock_timeouts_total``    counter   ``store`` (`SessionBusyError`)
+``agentrt_jobs_queued``                     gauge     durable-run jobs not yet completed (deployment-wide)
+``agentrt_jobs_running``                    gauge     durable-run jobs running in this process
+``agentrt_job_takeovers_total``             counter   jobs this process took over from a dead worker
 ========================================== ========= =============================================
 
 The lock families are filled by a store wrapped with `instrument_store`: a session lock is taken
@@ -127,6 +130,17 @@ class AgentMetrics:
         )  # fmt: skip
         self.lock_timeouts = Counter(
             "session_lock_timeouts", "Session locks not acquired in time (SessionBusyError).", ["store"],
+            namespace=ns, registry=registry,
+        )  # fmt: skip
+        self.jobs_queued = Gauge(
+            "jobs_queued", "Durable-run jobs submitted and not yet completed, in the whole deployment.",
+            namespace=ns, registry=registry,
+        )  # fmt: skip
+        self.jobs_running = Gauge(
+            "jobs_running", "Durable-run jobs this process's workers are running.", namespace=ns, registry=registry
+        )
+        self.job_takeovers = Counter(
+            "job_takeovers", "Durable-run jobs this process took over from a worker that stopped heartbeating.",
             namespace=ns, registry=registry,
         )  # fmt: skip
 

@@ -1,0 +1,95 @@
+"""``agentrt worker``: run durable-run jobs without serving HTTP (docs/deployment.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["build_worker_command"]
+
+
+def build_worker_command() -> Callable[..., None]:
+    """The ``worker`` command."""
+
+    def worker(
+        target: Annotated[str, typer.Argument(help="MODULE:ATTR of the agents, as for `agentrt serve`.")],
+        jobs: Annotated[
+            str, typer.Option(help="redis:// URL of the job backend the servers use.", envvar="AGENTRT_JOBS_URL")
+        ],
+        jobs_prefix: Annotated[
+            str, typer.Option(help="Key prefix of the job backend (one per deployment).", envvar="AGENTRT_JOBS_PREFIX")
+        ] = "agentrt",
+        store: Annotated[
+            str | None,
+            typer.Option(help="State store URL for agents without one (default: AGENTRT_STATE_URL)."),
+        ] = None,
+        workers: Annotated[int, typer.Option(min=1, help="Worker loops in this process.")] = 1,
+        concurrency: Annotated[int, typer.Option(min=1, help="Jobs each worker runs at once.")] = 8,
+        lease: Annotated[
+            float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
+        ] = 10.0,
+        grace: Annotated[
+            float, typer.Option(min=0.0, help="Seconds to finish running jobs on SIGTERM before handing them back.")
+        ] = 10.0,
+    ) -> None:
+        """Run agents' jobs from the shared backend until SIGTERM (then drain: finish or hand back)."""
+        import asyncio
+
+        from rich.console import Console
+
+        from agentrt.errors import AgentrtError
+
+        try:
+            asyncio.run(_work(target, jobs, jobs_prefix, store, workers, concurrency, lease, grace))
+        except AgentrtError as exc:
+            Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+
+    return worker
+
+
+async def _work(
+    target: str,
+    url: str,
+    prefix: str,
+    store_url: str | None,
+    workers: int,
+    concurrency: int,
+    lease: float,
+    grace: float,
+) -> None:
+    import asyncio
+    import logging
+    import signal
+
+    from agentrt.server._serve import load_agents
+    from agentrt.server.app import _normalise_agents
+    from agentrt.server.context import encode_event
+    from agentrt.server.jobs import DurableRuns
+    from agentrt.server.jobs.redis import RedisJobs
+    from agentrt.state import store_from_url
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    agents = _normalise_agents(load_agents(target))
+    state_store: Any = store_from_url(store_url) if store_url else None
+    if state_store is not None:
+        for agent in agents.values():
+            if not agent.has_own_store:
+                agent.state_store = state_store
+    backend = RedisJobs(url, prefix=prefix, lease_seconds=lease)
+    runs = DurableRuns(backend, workers=workers, concurrency=concurrency)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runs.start(agents, encode_event)
+    logging.getLogger("agentrt.server").info("worker started: %d loop(s) on %s", workers, ", ".join(agents))
+    await stop.wait()
+    await runs.drain(grace)
+    await runs.close()
+    if state_store is not None:
+        await state_store.close()

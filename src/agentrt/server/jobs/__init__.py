@@ -1,0 +1,172 @@
+"""Durable runs: each accepted message is a job in a shared backend, run by any replica's worker.
+
+``create_app(agents, store, jobs=DurableRuns(RedisJobs("redis://...")))`` (or ``agentrt serve
+--jobs redis://...``): the replica that accepts a message records the run as a job and answers
+with the job's event stream; a worker of any replica claims and runs it; a run whose worker dies
+is taken over by another worker within the lease time, from its last checkpoint; a client
+reconnects to any replica with ``Last-Event-ID`` and gets the rest of the run's events exactly
+once. Without ``jobs`` a server runs calls in its own process, as a single process (SQLite) does.
+See docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from agentrt import events as ev
+from agentrt.agent.base import AgentBase
+from agentrt.message import Msg, as_messages
+from agentrt.server.jobs.base import (
+    DEFAULT_LEASE_SECONDS,
+    END_EVENT,
+    EventLog,
+    FencedError,
+    Job,
+    JobQueue,
+    Lease,
+    LoggedFrame,
+)
+from agentrt.server.jobs.worker import EventEncoder, JobEventSource, JobWorker, worker_name
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "END_EVENT",
+    "DurableRuns",
+    "EventLog",
+    "FencedError",
+    "Job",
+    "JobBackend",
+    "JobEventSource",
+    "JobQueue",
+    "JobWorker",
+    "Lease",
+    "LoggedFrame",
+    "worker_name",
+]
+
+logger = logging.getLogger("agentrt.server")
+
+
+class JobBackend(JobQueue, EventLog, Protocol):
+    """A shared backend that is both the job queue and the event log (`RedisJobs`)."""
+
+    async def job(self, job_id: str) -> Job | None:
+        """The job's record (None: unknown or expired)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class DurableRuns:
+    """The durable-run side of one server process: submitting jobs, reading their events, its workers.
+
+    Args:
+        backend: The shared job queue and event log (`agentrt.server.jobs.redis.RedisJobs`).
+        workers: Worker loops in this process (0: submit only, e.g. with separate ``agentrt worker``
+            processes).
+        concurrency: Jobs each worker runs at once.
+    """
+
+    def __init__(self, backend: JobBackend, *, workers: int = 1, concurrency: int = 8) -> None:
+        if workers < 0 or concurrency < 1:
+            raise ValueError("workers must be >= 0 and concurrency >= 1")
+        self.backend = backend
+        self.workers_wanted = workers
+        self.concurrency = concurrency
+        self.workers: list[JobWorker] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics_interval = 2.0
+        """Seconds between two updates of the job gauges (``agentrt_jobs_queued``, ``..._running``)."""
+
+    def start(self, agents: Mapping[str, AgentBase], encode: EventEncoder) -> None:
+        """Start this process's workers (in the running event loop)."""
+        loop = asyncio.get_running_loop()
+        for _ in range(self.workers_wanted):
+            worker = JobWorker(agents, self.backend, self.backend, encode, concurrency=self.concurrency)
+            self.workers.append(worker)
+            self._tasks.append(loop.create_task(worker.run(), name=f"agentrt-worker {worker.name}"))
+        try:
+            from agentrt.telemetry.metrics import AgentMetrics
+        except ImportError:  # prometheus-client is optional
+            return
+        self._tasks.append(loop.create_task(self._publish(AgentMetrics.get()), name="agentrt-job-metrics"))
+
+    async def _publish(self, metrics: Any) -> None:
+        """Keep the job gauges current (the queue depth is read from the shared backend)."""
+        takeovers = 0
+        while True:
+            with contextlib.suppress(Exception):
+                metrics.jobs_queued.set(await self.backend.depth())
+            metrics.jobs_running.set(sum(w.running for w in self.workers))
+            resumed = sum(w.resumed for w in self.workers)
+            if resumed > takeovers:
+                metrics.job_takeovers.inc(resumed - takeovers)
+                takeovers = resumed
+            await asyncio.sleep(self.metrics_interval)
+
+    async def submit(self, agent_name: str, user_id: str, session_id: str, input: Any) -> Job:
+        """Record a run of the agent served as `agent_name` on `input` (its messages get their ids now)."""
+        messages = as_messages(input)
+        job = Job(
+            id=uuid.uuid4().hex,
+            agent=agent_name,
+            user_id=user_id,
+            session_id=session_id,
+            input=tuple(m.to_dict() for m in messages),
+            submitted_at=time.time(),
+        )
+        await self.backend.submit(job)
+        return job
+
+    def events(self, job_id: str, after: int = 0) -> JobEventSource:
+        """The job's events after sequence number `after`, as SSE frames."""
+        return JobEventSource(self.backend, job_id, after)
+
+    async def result(self, job: Job, *, poll: float = 5.0) -> Msg:
+        """Wait for the job's run to end; its reply (raises `RuntimeError` with the run's error)."""
+        after = 0
+        while True:
+            frames = await self.backend.read(job.id, after, block=poll)
+            if frames is None:
+                raise RuntimeError(f"run {job.id} is unknown or expired")
+            for frame in frames:
+                after = frame.seq
+                if frame.event_type == ev.RunFinished.type:
+                    from agentrt import _json
+
+                    data = _json.loads(frame.data)
+                    if data.get("source") == job.agent or not data.get("source"):
+                        return Msg.from_dict(data["msg"])
+                elif frame.event_type == ev.RunError.type:
+                    from agentrt import _json
+
+                    data = _json.loads(frame.data)
+                    if data.get("source") in (job.agent, "", None):
+                        raise RuntimeError(str(data.get("error") or "the run failed"))
+                elif frame.event_type == END_EVENT:
+                    raise RuntimeError("the run ended without a reply")
+
+    async def depth(self) -> int:
+        """Jobs waiting or running in the whole deployment."""
+        return await self.backend.depth()
+
+    async def drain(self, grace: float) -> None:
+        """Stop claiming; finish or hand back this process's jobs within `grace` seconds."""
+        for worker in self.workers:
+            worker.claiming = False
+        await asyncio.gather(*(w.drain(grace) for w in self.workers), return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    async def close(self) -> None:
+        await self.backend.close()

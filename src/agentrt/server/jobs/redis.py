@@ -1,0 +1,261 @@
+"""Jobs and run event logs on Redis: a Stream with a consumer group, and a Stream per run.
+
+Keys (``prefix`` defaults to ``agentrt``)::
+
+    {prefix}:jobs          STREAM  one entry per submitted job (field ``job``: its id); group ``workers``
+    {prefix}:job:{id}      HASH    payload (the job's JSON), token (fencing), seq (last event), entry
+    {prefix}:run:{id}      STREAM  the run's events, entry ids ``<seq>-0`` (fields ``t``: type, ``d``: JSON)
+
+A worker claims with ``XREADGROUP`` (new jobs) or ``XAUTOCLAIM`` (jobs whose holder has not
+heartbeated for ``lease_seconds``); each claim increments the job's token in the same script that
+checks it, and every later write (an event append, a heartbeat, the completion) runs as a script
+that first compares the caller's token with the job's: a worker whose job was taken over cannot
+write (`FencedError`). Heartbeats are ``XCLAIM ... JUSTID`` by the holder, which resets the entry's
+idle time. Completion acknowledges and deletes the entry; the job hash and the event log expire
+after ``log_ttl`` seconds, so a client can still read a finished run's events for that long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentrt import _json
+from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, FencedError, Job, Lease, LoggedFrame
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["RedisJobs"]
+
+_SUBMIT = """
+local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[1])
+redis.call('HSET', KEYS[2], 'payload', ARGV[2], 'token', 0, 'seq', 0, 'entry', entry)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return entry
+"""
+
+# KEYS: job hash.  ARGV: entry id, log ttl ms.  The new token, or 0 when the job is gone (expired).
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local token = redis.call('HINCRBY', KEYS[1], 'token', 1)
+redis.call('HSET', KEYS[1], 'entry', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return token
+"""
+
+# KEYS: job hash, jobs stream.  ARGV: token, group, worker, entry, log ttl ms.  1 if still ours.
+_RENEW = """
+if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('XCLAIM', KEYS[2], ARGV[2], ARGV[3], 0, ARGV[4], 'JUSTID')
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS: job hash, jobs stream.  ARGV: token, group, entry.  1 if it was ours and is now done.
+_COMPLETE = """
+if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XDEL', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'done', 1)
+return 1
+"""
+
+# KEYS: job hash, jobs stream.  ARGV: token, group, worker, entry, idle ms.  Hands the job back:
+# the token moves on (this holder can no longer write) and the entry looks long idle.
+_RELEASE = """
+if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'token', 1)
+redis.call('XCLAIM', KEYS[2], ARGV[2], ARGV[3], 0, ARGV[4], 'IDLE', ARGV[5], 'JUSTID')
+return 1
+"""
+
+# KEYS: job hash, run stream.  ARGV: token, log ttl ms, then (type, data) pairs.  The last seq, or -1.
+_APPEND = """
+if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return -1 end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+for i = 3, #ARGV, 2 do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i], 'd', ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'seq', seq)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return seq
+"""
+
+
+class RedisJobs:
+    """`JobQueue` and `EventLog` on one Redis (see the module docstring).
+
+    Args:
+        url: ``redis://`` URL (or pass `client`).
+        prefix: Key prefix, shared by every replica of one deployment.
+        lease_seconds: A worker that stops heartbeating loses its job after this long.
+        log_ttl: Seconds a job and its event log are kept after their last write.
+        client: An existing ``redis.asyncio.Redis`` (its connections are not closed by `close`).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        prefix: str = "agentrt",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        log_ttl: float = 24 * 3600.0,
+        client: Redis | None = None,
+        max_connections: int = 200,
+    ) -> None:
+        import redis.asyncio as aioredis
+
+        if client is None and url is None:
+            raise ValueError("RedisJobs needs a url or a client")
+        if not lease_seconds > 0 or not log_ttl > 0:
+            raise ValueError("lease_seconds and log_ttl must be > 0")
+        self._own = client is None
+        # Blocking reads (XREAD/XREADGROUP BLOCK) hold a connection while they wait: a blocking
+        # pool makes a burst of readers queue for one instead of failing.
+        self._client: Redis = client or aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(
+                str(url), max_connections=max_connections, timeout=30
+            )
+        )
+        self.prefix = prefix
+        self.lease_seconds = lease_seconds
+        self.log_ttl = log_ttl
+        self._stream = f"{prefix}:jobs"
+        self._group = "workers"
+        self._group_ready = False
+        client_ = self._client
+        self._submit = client_.register_script(_SUBMIT)
+        self._take = client_.register_script(_TAKE)
+        self._renew = client_.register_script(_RENEW)
+        self._complete = client_.register_script(_COMPLETE)
+        self._release = client_.register_script(_RELEASE)
+        self._append = client_.register_script(_APPEND)
+
+    def _job_key(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def _run_key(self, job_id: str) -> str:
+        return f"{self.prefix}:run:{job_id}"
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, round(self.log_ttl * 1000))
+
+    async def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        from redis.exceptions import ResponseError
+
+        try:
+            await self._client.xgroup_create(self._stream, self._group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    # -- JobQueue ---------------------------------------------------------------------------------
+    async def submit(self, job: Job) -> None:
+        await self._ensure_group()
+        payload = _json.dumps(job.to_dict())
+        await self._submit(keys=[self._stream, self._job_key(job.id)], args=[job.id, payload, self._ttl_ms])
+
+    async def claim(self, worker: str, *, block: float) -> Lease | None:
+        await self._ensure_group()
+        client = self._client
+        idle_ms = max(1, round(self.lease_seconds * 1000))
+        while True:
+            reply: Any = await client.xautoclaim(self._stream, self._group, worker, idle_ms, start_id="0-0", count=1)
+            claimed = reply[1] if reply and len(reply) > 1 else []
+            entries = [e for e in claimed if e and e[1]]
+            if not entries:
+                read: Any = await client.xreadgroup(
+                    self._group, worker, {self._stream: ">"}, count=1, block=max(1, round(block * 1000))
+                )
+                entries = [e for _, items in read or () for e in items]
+                if not entries:
+                    return None
+            entry_id, fields = entries[0]
+            lease = await self._lease(worker, _text(entry_id), fields)
+            if lease is not None:
+                return lease
+            # a job whose record expired: drop its entry and look again
+            await client.xack(self._stream, self._group, entry_id)
+            await client.xdel(self._stream, entry_id)
+
+    async def _lease(self, worker: str, entry: str, fields: Any) -> Lease | None:
+        job_id = _text(fields.get(b"job") or fields.get("job") or b"")
+        if not job_id:
+            return None
+        key = self._job_key(job_id)
+        token = int(await self._take(keys=[key], args=[entry, self._ttl_ms]))
+        if token <= 0:
+            return None
+        raw = await self._client.hget(key, "payload")
+        if raw is None:
+            return None
+        return Lease(Job.from_dict(_json.loads(raw)), worker, token, entry)
+
+    async def renew(self, lease: Lease) -> bool:
+        args: list[str | int] = [lease.token, self._group, lease.worker, lease.handle, self._ttl_ms]
+        return bool(await self._renew(keys=[self._job_key(lease.job.id), self._stream], args=args))
+
+    async def complete(self, lease: Lease) -> bool:
+        args: list[str | int] = [lease.token, self._group, lease.handle]
+        return bool(await self._complete(keys=[self._job_key(lease.job.id), self._stream], args=args))
+
+    async def release(self, lease: Lease) -> None:
+        idle = max(1, round(self.lease_seconds * 1000)) * 100
+        args: list[str | int] = [lease.token, self._group, lease.worker, lease.handle, idle]
+        await self._release(keys=[self._job_key(lease.job.id), self._stream], args=args)
+
+    async def depth(self) -> int:
+        await self._ensure_group()
+        return int(await self._client.xlen(self._stream))
+
+    async def job(self, job_id: str) -> Job | None:
+        """The job's record (None: unknown or expired)."""
+        raw = await self._client.hget(self._job_key(job_id), "payload")
+        return None if raw is None else Job.from_dict(_json.loads(raw))
+
+    async def token(self, job_id: str) -> int:
+        """The job's current fencing token (0: never claimed, -1: unknown)."""
+        raw = await self._client.hget(self._job_key(job_id), "token")
+        return -1 if raw is None else int(raw)
+
+    # -- EventLog ---------------------------------------------------------------------------------
+    async def append(self, job_id: str, token: int, frames: Sequence[tuple[str, bytes]]) -> int:
+        args: list[Any] = [token, self._ttl_ms]
+        for event_type, data in frames:
+            args += (event_type, data)
+        seq = int(await self._append(keys=[self._job_key(job_id), self._run_key(job_id)], args=args))
+        if seq < 0:
+            raise FencedError(f"job {job_id!r} was taken over: token {token} is no longer current")
+        return seq
+
+    async def read(self, job_id: str, after: int, *, block: float) -> list[LoggedFrame] | None:
+        client = self._client
+        key = self._run_key(job_id)
+        ms = max(1, round(block * 1000))
+        reply: Any = await client.xread({key: f"{after}-0"}, count=500, block=ms)
+        frames = [
+            LoggedFrame(int(_text(entry_id).split("-", 1)[0]), _text(fields[b"t"]), bytes(fields[b"d"]))
+            for _, entries in reply or ()
+            for entry_id, fields in entries
+        ]
+        if frames:
+            return frames
+        if not await client.exists(self._job_key(job_id), key):
+            return None
+        return []
+
+    async def close(self) -> None:
+        """Close the connections this object opened."""
+        if self._own:
+            await self._client.aclose(close_connection_pool=True)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
