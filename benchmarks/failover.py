@@ -133,7 +133,11 @@ async def throughput(replicas: int, runs: int, model_ms: float, concurrency: int
 
             await one(-1)  # warm-up
             t0 = time.perf_counter()
-            await asyncio.gather(*(one(i) for i in range(runs)))
+            try:
+                await asyncio.gather(*(one(i) for i in range(runs)))
+            except AssertionError:
+                print(group.output(0)[-3000:])
+                raise
             wall = time.perf_counter() - t0
     finally:
         group.stop()

@@ -158,3 +158,15 @@ async def test_only_the_current_holder_ever_appends(redis_url: str, prefix: str,
         assert [f.seq for f in frames or []] == list(range(1, len(written) + 1))
     finally:
         await jobs.close()
+
+
+async def test_blocking_reads_fit_in_the_socket_timeout(redis_url: str, prefix: str) -> None:
+    # redis-py 8 times a read out after 5 s by default; an SSE heartbeat waits 15 s for events.
+    from agentrt.server.jobs import redis as backend
+
+    jobs = RedisJobs(redis_url, prefix=prefix)
+    try:
+        timeout = jobs._client.connection_pool.connection_kwargs["socket_timeout"]
+        assert timeout > backend._MAX_BLOCK + 5
+    finally:
+        await jobs.close()

@@ -17,7 +17,10 @@ after ``log_ttl`` seconds, so a client can still read a finished run's events fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 __all__ = ["RedisJobs"]
+
+logger = logging.getLogger("agentrt.server")
 
 _SUBMIT = """
 local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[1])
@@ -70,19 +75,27 @@ redis.call('XCLAIM', KEYS[2], ARGV[2], ARGV[3], 0, ARGV[4], 'IDLE', ARGV[5], 'JU
 return 1
 """
 
-# KEYS: job hash, run stream.  ARGV: token, log ttl ms, then (type, data) pairs.  The last seq, or -1.
+# KEYS: job hash, run stream.  ARGV: token, log ttl ms, notification channel, job id, then (type,
+# data) pairs.  The last seq, or -1.  Readers anywhere learn of the new events from the channel.
 _APPEND = """
 if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return -1 end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-for i = 3, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   seq = seq + 1
   redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i], 'd', ARGV[i + 1])
 end
 redis.call('HSET', KEYS[1], 'seq', seq)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
 return seq
 """
+
+
+_MAX_BLOCK = 20.0
+"""Longest blocking read (XREAD/XREADGROUP BLOCK), well under the connections' socket timeout."""
+_SOCKET_TIMEOUT = 60.0
+"""redis-py 8 times reads out after 5 s by default: shorter than a blocking read may wait."""
 
 
 class RedisJobs:
@@ -93,7 +106,8 @@ class RedisJobs:
         prefix: Key prefix, shared by every replica of one deployment.
         lease_seconds: A worker that stops heartbeating loses its job after this long.
         log_ttl: Seconds a job and its event log are kept after their last write.
-        client: An existing ``redis.asyncio.Redis`` (its connections are not closed by `close`).
+        client: An existing ``redis.asyncio.Redis`` (its connections are not closed by `close`);
+            give it a ``socket_timeout`` above 20 s: reads block for up to that long.
     """
 
     def __init__(
@@ -117,7 +131,7 @@ class RedisJobs:
         # pool makes a burst of readers queue for one instead of failing.
         self._client: Redis = client or aioredis.Redis(
             connection_pool=aioredis.BlockingConnectionPool.from_url(
-                str(url), max_connections=max_connections, timeout=30
+                str(url), max_connections=max_connections, timeout=30, socket_timeout=_SOCKET_TIMEOUT
             )
         )
         self.prefix = prefix
@@ -133,6 +147,8 @@ class RedisJobs:
         self._complete = client_.register_script(_COMPLETE)
         self._release = client_.register_script(_RELEASE)
         self._append = client_.register_script(_APPEND)
+        self._channel = f"{prefix}:events"
+        self._tail = _Tail(client_, self._channel)
 
     def _job_key(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
@@ -172,7 +188,11 @@ class RedisJobs:
             entries = [e for e in claimed if e and e[1]]
             if not entries:
                 read: Any = await client.xreadgroup(
-                    self._group, worker, {self._stream: ">"}, count=1, block=max(1, round(block * 1000))
+                    self._group,
+                    worker,
+                    {self._stream: ">"},
+                    count=1,
+                    block=max(1, round(min(block, _MAX_BLOCK) * 1000)),
                 )
                 entries = [e for _, items in read or () for e in items]
                 if not entries:
@@ -227,7 +247,7 @@ class RedisJobs:
 
     # -- EventLog ---------------------------------------------------------------------------------
     async def append(self, job_id: str, token: int, frames: Sequence[tuple[str, bytes]]) -> int:
-        args: list[Any] = [token, self._ttl_ms]
+        args: list[Any] = [token, self._ttl_ms, self._channel, job_id]
         for event_type, data in frames:
             args += (event_type, data)
         seq = int(await self._append(keys=[self._job_key(job_id), self._run_key(job_id)], args=args))
@@ -236,25 +256,109 @@ class RedisJobs:
         return seq
 
     async def read(self, job_id: str, after: int, *, block: float) -> list[LoggedFrame] | None:
-        client = self._client
+        """The frames after `after`; waits (through the shared tail, not a connection per reader) up to `block` s."""
         key = self._run_key(job_id)
-        ms = max(1, round(block * 1000))
-        reply: Any = await client.xread({key: f"{after}-0"}, count=500, block=ms)
-        frames = [
-            LoggedFrame(int(_text(entry_id).split("-", 1)[0]), _text(fields[b"t"]), bytes(fields[b"d"]))
-            for _, entries in reply or ()
-            for entry_id, fields in entries
-        ]
+        frames = await self._range(key, after)
         if frames:
             return frames
-        if not await client.exists(self._job_key(job_id), key):
+        if not await self._client.exists(self._job_key(job_id), key):
             return None
+        if block > 0:
+            return await self._tail.wait(job_id, min(block, _MAX_BLOCK), lambda: self._range(key, after))
         return []
+
+    async def _range(self, key: str, after: int) -> list[LoggedFrame]:
+        entries: Any = await self._client.xrange(key, min=f"({after}-0", max="+", count=500)
+        return [
+            LoggedFrame(int(_text(entry_id).split("-", 1)[0]), _text(fields[b"t"]), bytes(fields[b"d"]))
+            for entry_id, fields in entries or ()
+        ]
 
     async def close(self) -> None:
         """Close the connections this object opened."""
+        await self._tail.stop()
         if self._own:
             await self._client.aclose(close_connection_pool=True)
+
+
+class _Tail:
+    """One subscription per process to the deployment's event notifications, shared by every reader.
+
+    Each append publishes its job id on ``{prefix}:events``. A reader that found nothing new
+    registers for its job, reads once more (an append between its first read and its
+    registration is seen there), then waits for a notification, so thousands of open SSE streams
+    hold one Redis connection between them (the subscription), and nothing polls.
+    """
+
+    __slots__ = ("_channel", "_client", "_task", "_waiters")
+
+    def __init__(self, client: Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._waiters: dict[str, list[asyncio.Future[bool]]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(
+        self, job_id: str, timeout: float, read: Callable[[], Awaitable[list[LoggedFrame]]]
+    ) -> list[LoggedFrame]:
+        """`read()` once registered, and again after each notification for `job_id`, until it finds frames."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._listen(), name="agentrt-run-events")
+        deadline = loop.time() + timeout
+        while True:
+            future: asyncio.Future[bool] = loop.create_future()
+            waiting = self._waiters.setdefault(job_id, [])
+            waiting.append(future)
+            timer = loop.call_at(deadline, _settle, future, False)
+            try:
+                frames = await read()  # after registering: nothing appended from here on is missed
+                if frames or not await future:
+                    return frames
+            finally:
+                timer.cancel()
+                with contextlib.suppress(ValueError):
+                    waiting.remove(future)
+                if not waiting and self._waiters.get(job_id) is waiting:
+                    del self._waiters[job_id]
+            frames = await read()
+            if frames or loop.time() >= deadline:
+                return frames
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                for waiting in list(self._waiters.values()):  # (re)subscribed: anything may be new
+                    for future in waiting:
+                        _settle(future, True)
+                while True:
+                    message: Any = await pubsub.get_message(timeout=_MAX_BLOCK)
+                    if message is None or message.get("type") != "message":
+                        continue
+                    for future in self._waiters.get(_text(message["data"]), ()):
+                        _settle(future, True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis unreachable: the readers time out and read again
+                logger.warning("the run event subscription failed: %s: %s", type(exc).__name__, exc)
+                await asyncio.sleep(0.5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _settle(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 def _text(value: Any) -> str:
