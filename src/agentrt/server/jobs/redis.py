@@ -179,7 +179,17 @@ class RedisJobs:
         await self._submit(keys=[self._stream, self._job_key(job.id)], args=[job.id, payload, self._ttl_ms])
 
     async def claim(self, worker: str, *, block: float) -> Lease | None:
+        from redis.exceptions import ResponseError
+
         await self._ensure_group()
+        try:
+            return await self._claim(worker, block)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no longer exists" in str(exc):
+                self._group_ready = False  # the stream was deleted (a flush): create it again next time
+            raise
+
+    async def _claim(self, worker: str, block: float) -> Lease | None:
         client = self._client
         idle_ms = max(1, round(self.lease_seconds * 1000))
         while True:
