@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-
 import httpx
 import pytest
 
@@ -197,5 +196,3 @@ async def test_the_gauges_follow_the_queue(redis_url: str, prefix: str) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await runs.close()
-
-
