@@ -154,3 +154,20 @@ def test_sessions_of_several_agents(tmp_path: Path) -> None:
     }
     missing_agent = runner.invoke(app, ["sessions", "migrate", "--db", url])
     assert missing_agent.exit_code != 0
+
+
+def test_delete_asks_first_and_keeps_the_session_when_declined(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    _seed(url)
+    runner, app = CliRunner(), build_app()
+    declined = runner.invoke(app, ["sessions", "delete", "trip", "--store", url, "--user", "alice"], input="n\n")
+    assert declined.exit_code == 1 and "Delete" in declined.output
+    still = runner.invoke(app, ["sessions", "show", "trip", "--store", url, "--user", "alice"])
+    assert still.exit_code == 0 and "hello" in still.output, "a declined delete deletes nothing"
+    confirmed = runner.invoke(app, ["sessions", "delete", "trip", "--store", url, "--user", "alice"], input="y\n")
+    assert confirmed.exit_code == 0 and "deleted" in confirmed.output
+    gone = runner.invoke(app, ["sessions", "delete", "trip", "--store", url, "--user", "alice", "--yes"])
+    assert gone.exit_code == 1 and "no session" in gone.output
+    export = tmp_path / "secret.json"
+    theirs = runner.invoke(app, ["sessions", "export", "secret", "--store", url, "--user", "bob"])
+    assert theirs.exit_code == 0 and '"bob only"' in theirs.output and not export.exists()
