@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -93,6 +92,6 @@ def test_serve_with_jobs_builds_durable_runs(
     jobs = seen["app"].state.agentrt.jobs
     assert isinstance(jobs, DurableRuns)
     assert (jobs.workers_wanted, jobs.concurrency) == (2, 3)
+    assert isinstance(jobs.backend, RedisJobs)
     assert jobs.backend.prefix == prefix and jobs.backend.lease_seconds == 4
     assert jobs in seen["options"]["close"], "the backend is closed with the server"
-    assert sys.modules[agents_module]
