@@ -196,3 +196,15 @@ async def test_the_gauges_follow_the_queue(redis_url: str, prefix: str) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await runs.close()
+
+
+async def test_an_agent_served_under_another_name_replies(redis_url: str, prefix: str) -> None:
+    runs = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=1)
+    app = create_app({"alias": _agent(InMemoryStateStore())}, api_keys=KEYS, jobs=runs)  # the agent is "helper"
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        body = {"input": "define tea", "stream": False}
+        reply = await http.post("/v1/agents/alias/sessions/s/messages", json=body, headers=ALICE)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["message"]["content"][0]["text"] == "answer to: the tool result"
+    await runs.close()

@@ -129,8 +129,17 @@ class DurableRuns:
         return JobEventSource(self.backend, job_id, after)
 
     async def result(self, job: Job, *, poll: float = 5.0) -> Msg:
-        """Wait for the job's run to end; its reply (raises `RuntimeError` with the run's error)."""
+        """Wait for the job's run to end; its reply (raises `RuntimeError` with the run's error).
+
+        The run's own end is the last ``run_finished`` / ``run_error`` before the log's end (a
+        subagent's come earlier, with its own `source`; the served name may differ from the
+        agent's `name`).
+        """
+        from agentrt import _json
+
         after = 0
+        finished: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
         while True:
             frames = await self.backend.read(job.id, after, block=poll)
             if frames is None:
@@ -138,18 +147,14 @@ class DurableRuns:
             for frame in frames:
                 after = frame.seq
                 if frame.event_type == ev.RunFinished.type:
-                    from agentrt import _json
-
-                    data = _json.loads(frame.data)
-                    if data.get("source") == job.agent or not data.get("source"):
-                        return Msg.from_dict(data["msg"])
+                    finished, error = _json.loads(frame.data), None
                 elif frame.event_type == ev.RunError.type:
-                    from agentrt import _json
-
-                    data = _json.loads(frame.data)
-                    if data.get("source") in (job.agent, "", None):
-                        raise RuntimeError(str(data.get("error") or "the run failed"))
+                    finished, error = None, _json.loads(frame.data)
                 elif frame.event_type == END_EVENT:
+                    if finished is not None:
+                        return Msg.from_dict(finished["msg"])
+                    if error is not None:
+                        raise RuntimeError(str(error.get("error") or "the run failed"))
                     raise RuntimeError("the run ended without a reply")
 
     async def depth(self) -> int:
