@@ -170,3 +170,27 @@ async def test_blocking_reads_fit_in_the_socket_timeout(redis_url: str, prefix: 
         assert timeout > backend._MAX_BLOCK + 5
     finally:
         await jobs.close()
+
+
+async def test_a_job_that_keeps_killing_its_workers_ends_with_an_error(redis_url: str, prefix: str) -> None:
+    from agentrt.server.jobs import DurableRuns, JobWorker
+
+    jobs = RedisJobs(redis_url, prefix=prefix, lease_seconds=30)
+    runs = DurableRuns(jobs, workers=0)
+    try:
+        job = await runs.submit("helper", "alice", "s", "hi")
+        for _ in range(2):  # two workers died on it
+            lease = await jobs.claim("dead", block=0.1)
+            assert lease is not None
+            await jobs.release(lease)
+        called: list[object] = []
+        worker = JobWorker({"helper": called}, jobs, jobs, lambda e: b"{}", max_attempts=2)  # type: ignore[dict-item]
+        task = asyncio.get_running_loop().create_task(worker.run(poll=0.1))
+        with pytest.raises(RuntimeError, match="gave up"):
+            await asyncio.wait_for(runs.result(job), 10)
+        await worker.drain(1.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert called == [] and await jobs.depth() == 0, "the agent never ran again and the job is gone"
+    finally:
+        await jobs.close()

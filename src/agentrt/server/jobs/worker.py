@@ -107,14 +107,17 @@ class JobWorker:
         *,
         concurrency: int = 8,
         name: str | None = None,
+        max_attempts: int = 5,
     ) -> None:
-        if concurrency < 1:
+        if concurrency < 1 or max_attempts < 1:
             raise ValueError("concurrency must be at least 1")
         self.agents = agents
         self.queue = queue
         self.log = log
         self.encode = encode
         self.concurrency = concurrency
+        self.max_attempts = max_attempts
+        """Claims of one job after which it ends with an error (a run that kills its worker every time)."""
         self.name = name or worker_name()
         self.claiming = True
         self._running: dict[asyncio.Task[None], Lease] = {}
@@ -186,6 +189,10 @@ class JobWorker:
         try:
             if agent is None:
                 writer.push(ev.RunError.type, _error_json(job, f"no agent named {job.agent!r} on this worker"))
+            elif lease.token > self.max_attempts:  # every earlier worker died on it: do not die too
+                writer.push(
+                    ev.RunError.type, _error_json(job, f"the run was claimed {lease.token} times; gave up", "JobError")
+                )
             else:
                 await self._run_agent(agent, lease, writer)
             writer.push(END_EVENT, b"{}")
