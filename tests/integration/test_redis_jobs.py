@@ -1,4 +1,4 @@
-"""RedisJobs against a real Redis: claims, leases, takeover, hand-back, fenced event logs.
+"""RedisJobs against a real Redis: the job backend contract (tests/jobs_contract.py), and Redis specifics.
 
 Side effects checked: the log's entries (read back raw), the queue's length, which worker holds a
 job after each step.
@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import jobs_contract
 
 pytest.importorskip("redis")
 
@@ -30,12 +32,39 @@ async def prefix(redis_url: str, unique: str) -> AsyncIterator[str]:
     name = f"jobs-{unique}"
     yield name
     client = aioredis.from_url(redis_url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{name}:*", count=1000)]
+    try:  # the test's keys, and those of the prefixes derived from it (``{name}-...``)
+        keys = [key async for key in client.scan_iter(match=f"{name}*", count=1000)]
         if keys:
             await client.delete(*keys)
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def make(redis_url: str, prefix: str) -> AsyncIterator[jobs_contract.MakeBackend]:
+    made: list[RedisJobs] = []
+
+    def make_(*, lease_seconds: float = 10.0, log_ttl: float = 3600.0, space: str = "") -> jobs_contract.Backend:
+        jobs = RedisJobs(
+            redis_url, prefix=f"{prefix}-{space}" if space else prefix, lease_seconds=lease_seconds, log_ttl=log_ttl
+        )
+        made.append(jobs)
+        return jobs
+
+    yield make_
+    for jobs in made:
+        await jobs.close()
+
+
+@pytest.mark.parametrize("check", jobs_contract.CHECKS, ids=jobs_contract.check_id)
+async def test_contract(make: jobs_contract.MakeBackend, check: jobs_contract.Check) -> None:
+    await check(make)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=jobs_contract.STEPS)
+async def test_contract_interleavings(make: jobs_contract.MakeBackend, steps: list[tuple[str, int]]) -> None:
+    await jobs_contract.check_interleaving(make, steps)
 
 
 def _job(n: int = 0) -> Job:

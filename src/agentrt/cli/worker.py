@@ -18,7 +18,10 @@ def build_worker_command() -> Callable[..., None]:
     def worker(
         target: Annotated[str, typer.Argument(help="MODULE:ATTR of the agents, as for `agentrt serve`.")],
         jobs: Annotated[
-            str, typer.Option(help="redis:// URL of the job backend the servers use.", envvar="AGENTRT_JOBS_URL")
+            str,
+            typer.Option(
+                help="redis:// or postgresql:// URL of the job backend the servers use.", envvar="AGENTRT_JOBS_URL"
+            ),
         ],
         jobs_prefix: Annotated[
             str, typer.Option(help="Key prefix of the job backend (one per deployment).", envvar="AGENTRT_JOBS_PREFIX")
@@ -70,7 +73,7 @@ async def _work(
     from agentrt.server.app import _normalise_agents
     from agentrt.server.context import encode_event
     from agentrt.server.jobs import DurableRuns
-    from agentrt.server.jobs.redis import RedisJobs
+    from agentrt.server.jobs.factory import jobs_from_url
     from agentrt.state import store_from_url
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -80,7 +83,7 @@ async def _work(
         for agent in agents.values():
             if not agent.has_own_store:
                 agent.state_store = state_store
-    backend = RedisJobs(url, prefix=prefix, lease_seconds=lease)
+    backend = jobs_from_url(url, prefix=prefix, lease_seconds=lease)
     runs = DurableRuns(backend, workers=workers, concurrency=concurrency)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
