@@ -66,6 +66,7 @@ __all__ = [
     "ModelTimeoutError",
     "RateLimitError",
     "SessionBusyError",
+    "RunLimitError",
     "SkillError",
     "StateConflictError",
     "StateStoreError",
@@ -317,6 +318,24 @@ class FencedError(StateStoreError):
 
 class SessionBusyError(StateStoreError):
     """The session lock could not be acquired within the wait timeout."""
+
+
+class RunLimitError(UserError):
+    """A user already has as many durable runs waiting or running as the deployment allows.
+
+    Raised by `agentrt.server.jobs.DurableRuns.submit` before anything is recorded (the message
+    is not stored and no worker sees it); the server answers HTTP 429 ``too_many_runs`` with a
+    ``Retry-After``.
+
+    Attributes:
+        user_id: Whose runs.
+        limit: The per-user limit (runs submitted and not yet finished, across the cluster).
+    """
+
+    def __init__(self, message: str, *, user_id: str, limit: int) -> None:
+        super().__init__(message)
+        self.user_id = user_id
+        self.limit = limit
 
 
 class ToolRetry(Exception):  # noqa: N818 - a signal, not an error of the runtime

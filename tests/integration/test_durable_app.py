@@ -8,6 +8,7 @@ reconnects, another user's run id, failing agents, resumption decisions, drain, 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -21,6 +22,7 @@ from agentrt import Msg, ReActAgent, RuntimeContext, Toolkit, tool
 from agentrt.message import ToolUseBlock
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.server import DurableRuns, create_app
+from agentrt.server.context import encode_event
 from agentrt.server.jobs import END_EVENT, Job
 from agentrt.server.jobs.redis import RedisJobs
 from agentrt.server.jobs.worker import _resumption
@@ -207,4 +209,74 @@ async def test_an_agent_served_under_another_name_replies(redis_url: str, prefix
         reply = await http.post("/v1/agents/alias/sessions/s/messages", json=body, headers=ALICE)
         assert reply.status_code == 200, reply.text
         assert reply.json()["message"]["content"][0]["text"] == "answer to: the tool result"
+    await runs.close()
+
+
+async def test_a_user_over_the_run_limit_gets_429_and_nothing_is_recorded(redis_url: str, prefix: str) -> None:
+    store = InMemoryStateStore()
+    agent = _agent(store)
+    runs = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=0, max_runs_per_user=2)
+    app = create_app(agent, api_keys=KEYS, jobs=runs)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        held = [await runs.submit("helper", "alice", f"q{n}", f"queued {n}") for n in range(2)]
+        refused = await http.post(f"{PATH}/s9/messages", json={"input": "one too many", "stream": True}, headers=ALICE)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "too_many_runs" and refused.headers["retry-after"] == "2"
+        assert await runs.depth() == 2 and await runs.backend.active("alice") == 2, "the refused run left no job"
+        assert await store.load("alice", "s9", agent="helper") is None, "nor a message"
+        await runs.submit("helper", "bob", "b1", "bob is not limited by alice")
+        assert await runs.backend.active("bob") == 1
+        # A worker elsewhere finishes Alice's runs: her slots are free again.
+        elsewhere = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=1)
+        elsewhere.start({"helper": agent}, encode_event)
+        try:
+            for job in held:
+                await asyncio.wait_for(elsewhere.result(job), 10)
+            for _ in range(200):
+                if await runs.backend.active("alice") == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert await runs.backend.active("alice") == 0
+            reply = await http.post(f"{PATH}/s9/messages", json={"input": "now", "stream": False}, headers=ALICE)
+            assert reply.status_code == 200, reply.text
+        finally:
+            await elsewhere.drain(1.0)
+            await elsewhere.close()
+    await runs.close()
+
+
+async def test_openai_chat_completions_run_as_jobs(redis_url: str, prefix: str) -> None:
+    store = InMemoryStateStore()
+    runs = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=1)
+    app = create_app(_agent(store), api_keys=KEYS, jobs=runs)
+    transport = httpx.ASGITransport(app=app)
+    url = "/v1/chat/completions"
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        body = {"model": "helper", "messages": [{"role": "user", "content": "define tea"}]}
+        reply = await http.post(url, json=body, headers={**ALICE, "X-Session-Id": "oa"})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"] == "answer to: the tool result"
+        streamed = await http.post(
+            url,
+            json={**body, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+            headers={**ALICE, "X-Session-Id": "oa"},
+        )
+        chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert streamed.status_code == 200 and text == "answer to: hi" and streamed.text.endswith("data: [DONE]\n\n")
+        failed = await http.post(
+            url,
+            json={**body, "messages": [{"role": "user", "content": "explode"}]},
+            headers={**ALICE, "X-Session-Id": "ob"},
+        )
+        assert failed.status_code == 500 and "the model broke" in failed.json()["error"]["message"]
+        worker = runs.workers[0]
+        for _ in range(200):
+            if worker.completed == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.completed == 3, "each completion ran as a job on the worker"
+    state = await store.load("alice", "oa", agent="helper")
+    assert state is not None and [m.text for m in state.messages if m.role == "user" and m.text] == ["define tea", "hi"]
     await runs.close()

@@ -86,12 +86,12 @@ def test_serve_with_jobs_builds_durable_runs(
     monkeypatch.setattr("agentrt.server._serve.run_server", fake_run_server)
     monkeypatch.setenv("AGENTRT_API_KEYS", "k=alice")
     args = ["serve", f"{agents_module}:agent", "--jobs", redis_url, "--jobs-prefix", prefix]
-    args += ["--workers", "2", "--concurrency", "3", "--lease", "4"]
+    args += ["--workers", "2", "--concurrency", "3", "--lease", "4", "--max-runs-per-user", "5"]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
     jobs = seen["app"].state.agentrt.jobs
     assert isinstance(jobs, DurableRuns)
-    assert (jobs.workers_wanted, jobs.concurrency) == (2, 3)
+    assert (jobs.workers_wanted, jobs.concurrency, jobs.max_runs_per_user) == (2, 3, 5)
     assert isinstance(jobs.backend, RedisJobs)
     assert jobs.backend.prefix == prefix and jobs.backend.lease_seconds == 4
     assert jobs in seen["options"]["close"], "the backend is closed with the server"

@@ -132,7 +132,8 @@ def build_app() -> "typer.Typer":
         jobs: Annotated[
             str | None,
             typer.Option(
-                help="redis:// URL: durable runs, jobs any replica's worker runs and takes over (docs/deployment.md).",
+                help="redis:// or postgresql:// URL: durable runs, jobs any replica's worker runs and takes over"
+                " (docs/deployment.md).",
                 envvar="AGENTRT_JOBS_URL",
             ),
         ] = None,
@@ -144,6 +145,15 @@ def build_app() -> "typer.Typer":
         lease: Annotated[
             float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
         ] = 10.0,
+        max_runs_per_user: Annotated[
+            int,
+            typer.Option(
+                min=0,
+                help="Runs one user may have waiting or running across the cluster; one more gets HTTP 429"
+                " (with --jobs; 0: no limit).",
+                envvar="AGENTRT_MAX_RUNS_PER_USER",
+            ),
+        ] = 0,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     ) -> None:
         """Serve agents over HTTP (REST + SSE, OpenAI-compatible chat completions, web UI)."""
@@ -177,10 +187,12 @@ def build_app() -> "typer.Typer":
             durable = None
             if jobs:
                 from agentrt.server.jobs import DurableRuns
-                from agentrt.server.jobs.redis import RedisJobs
+                from agentrt.server.jobs.factory import jobs_from_url
 
-                backend = RedisJobs(jobs, prefix=jobs_prefix, lease_seconds=lease)
-                durable = DurableRuns(backend, workers=workers, concurrency=concurrency)
+                backend = jobs_from_url(jobs, prefix=jobs_prefix, lease_seconds=lease)
+                durable = DurableRuns(
+                    backend, workers=workers, concurrency=concurrency, max_runs_per_user=max_runs_per_user
+                )
             application = create_app(agents, state_store, knowledge=kb, jobs=durable, **settings.app_options())
         except AgentrtError as exc:
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)

@@ -29,11 +29,13 @@ from agentrt.errors import (
     ModelTimeoutError,
     NotPendingError,
     RateLimitError,
+    RunLimitError,
     SessionBusyError,
     StateConflictError,
     StateStoreError,
     UserError,
 )
+from agentrt.server.jobs.base import JobRunError
 
 __all__ = [
     "ApiError",
@@ -46,6 +48,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentrt.server")
+
+_RUN_LIMIT_RETRY_AFTER = 2
+"""Seconds a client over its run limit is asked to wait (runs end at their own pace: a hint)."""
 
 _TYPES = {
     400: "invalid_request_error",
@@ -166,6 +171,10 @@ def error_for_exception(exc: BaseException) -> ApiError | None:
         return ApiError(422, str(exc), code="invalid_answer")
     if isinstance(exc, (InvalidValueError, InvalidTypeError)):  # e.g. a tool call in a user message
         return ApiError(422, str(exc), code="invalid_input")
+    if isinstance(exc, JobRunError):  # a durable run failed on its worker: only the error's name came back
+        return _job_error(exc)
+    if isinstance(exc, RunLimitError):  # the user's runs across the cluster (durable runs)
+        return ApiError(429, str(exc), code="too_many_runs", headers={"Retry-After": str(_RUN_LIMIT_RETRY_AFTER)})
     if isinstance(exc, UserError):
         return ApiError(409, str(exc), code="invalid_session_state")
     if isinstance(exc, RateLimitError):
@@ -177,6 +186,25 @@ def error_for_exception(exc: BaseException) -> ApiError | None:
     if isinstance(exc, ModelError):
         return ApiError(502, f"the model failed: {type(exc).__name__}: {exc}", code="model_error")
     return None
+
+
+def _model_error_names() -> frozenset[str]:
+    names: set[str] = set()
+    todo: list[type] = [ModelError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo += cls.__subclasses__()
+    return frozenset(names)
+
+
+def _job_error(exc: JobRunError) -> ApiError:
+    """The status an in-process run would have answered, from the failed run's error type."""
+    if exc.error_type == ModelTimeoutError.__name__:
+        return ApiError(504, f"the model timed out: {exc}", code="model_timeout")
+    if exc.error_type in _model_error_names():
+        return ApiError(502, f"the model failed: {exc.error_type}: {exc}", code="model_error")
+    return ApiError(500, str(exc), code="run_failed")
 
 
 def exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:

@@ -44,7 +44,7 @@ _ERRORS = {
     409: "The session's state does not allow this (e.g. nothing waits for approval, or it is busy).",
     413: "The body is larger than the limit (1 MiB by default).",
     422: "The body, a path parameter or a query parameter is invalid; the message names the field.",
-    429: "Too many requests for this API key; see Retry-After.",
+    429: "Too many requests for this API key, or too many durable runs of this user at once; see Retry-After.",
     502: "The model provider failed.",
     503: "The server is shutting down, or the state store is unavailable.",
     504: "The model timed out.",

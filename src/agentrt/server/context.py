@@ -30,7 +30,7 @@ from agentrt.server._errors import ApiError, redact_secrets
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, BodyTooLargeError, header_safe, id_problem, read_body
 from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
-from agentrt.server.jobs import DurableRuns
+from agentrt.server.jobs import END_EVENT, DurableRuns, JobRunError
 from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
 from agentrt.tool.questions import QuestionPolicy
@@ -333,10 +333,42 @@ class ServerContext:
         self.ensure_accepting()
         assert self.jobs is not None
         job = await self.jobs.submit(agent_name, user_id, session_id, input)
-        try:
-            return await self.jobs.result(job)
-        except RuntimeError as exc:
-            raise ApiError(500, str(exc), code="run_failed") from None
+        return await self.jobs.result(job)
+
+    async def job_agent_events(
+        self, agent_name: str, user_id: str, session_id: str, input: AgentInput
+    ) -> AsyncIterator[ev.AgentEvent]:
+        """Record the run as a job; its events as objects, read back from the log (for facades).
+
+        The durable counterpart of `stream_events` for facades with their own framing: the run
+        belongs to the job, so it goes on (and survives this replica) when the reader stops. A run
+        that failed raises `JobRunError` (its error's type and message) after its ``run_error`` event.
+        """
+        self.ensure_accepting()
+        assert self.jobs is not None
+        job = await self.jobs.submit(agent_name, user_id, session_id, input)
+        return self._decoded(job.id)
+
+    async def _decoded(self, job_id: str) -> AsyncIterator[ev.AgentEvent]:
+        assert self.jobs is not None
+        backend, after = self.jobs.backend, 0
+        failed: ev.RunError | None = None  # the last run end was an error (a subagent's may be followed by more)
+        while True:
+            frames = await backend.read(job_id, after, block=15.0)
+            if frames is None:
+                raise ApiError(500, f"run {job_id} is unknown or expired", code="run_failed")
+            for frame in frames:
+                after = frame.seq
+                if frame.event_type == END_EVENT:
+                    if failed is not None:
+                        raise JobRunError(failed.error or "the run failed", error_type=failed.error_type)
+                    return
+                event = ev.event_from_dict(_json.loads(frame.data))
+                if isinstance(event, ev.RunError):
+                    failed = event
+                elif isinstance(event, ev.RunFinished):
+                    failed = None
+                yield event
 
     async def job_events(
         self, agent_name: str, user_id: str, session_id: str, job_id: str, after: int

@@ -269,7 +269,10 @@ async def chat_completions(server: ServerContext, request: Request) -> Response:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     completion = _Completion(body.model, agent, include_usage=include_usage)
     headers = {"X-Session-Id": header_safe(session_id)}
-    events = server.stream_events(agent, ctx, input)
+    if server.jobs is not None:  # a durable run: a job any replica's worker runs (docs/deployment.md)
+        events = await server.job_agent_events(body.model, user_id, session_id, input)
+    else:
+        events = server.stream_events(agent, ctx, input)
     if body.stream:
         return server.sse_response(
             events, request, encode=completion.chunk_frames, on_error=completion.error_frame, headers=headers

@@ -1,11 +1,14 @@
-"""The app of test_failover.py: `agentrt serve failover_app:agent --jobs redis://...` and `agentrt worker`.
+"""The app of test_failover.py: `agentrt serve failover_app:agent --jobs <redis or postgresql URL>`, `agentrt worker`.
 
 Each task ("task <n>") takes one call of the slow, non-idempotent tool `step`, then an answer.
 The tool records every start and every completion in Redis (a hash per test prefix, field = the
 task), with the pid of the process that ran it: the side effects the test asserts on.
 
-Environment: FAILOVER_STORE_URL, FAILOVER_PREFIX, FAILOVER_MODEL_S (model latency), FAILOVER_TOOL_S
-(tool duration), FAILOVER_LOCK_TTL (the session lock's ttl: a dead holder's lock lasts that long).
+Environment: FAILOVER_STORE_URL (the state store: Redis, or PostgreSQL with tables
+``<FAILOVER_PREFIX>_...``), FAILOVER_RECORD_URL (the Redis of the tool's records; default: the
+store's URL), FAILOVER_PREFIX, FAILOVER_MODEL_S (model latency), FAILOVER_TOOL_S (tool duration),
+FAILOVER_LOCK_TTL (the Redis session lock's ttl: a dead holder's lock lasts that long; a PostgreSQL
+session lock ends with its holder's connection).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from agentrt.state import store_from_url
 PREFIX = os.environ["FAILOVER_PREFIX"]
 MODEL_S = float(os.environ.get("FAILOVER_MODEL_S", "0.2"))
 TOOL_S = float(os.environ.get("FAILOVER_TOOL_S", "1.0"))
-_redis = redis.Redis.from_url(os.environ["FAILOVER_STORE_URL"])
+STORE_URL = os.environ["FAILOVER_STORE_URL"]
+_redis = redis.Redis.from_url(os.environ.get("FAILOVER_RECORD_URL", STORE_URL))
 
 
 @tool
@@ -49,11 +53,12 @@ async def plan(request: ModelRequest) -> str | ToolUseBlock:
     return ToolUseBlock(id=f"call-{text.split()[1]}", name="step", input={"task": int(text.split()[1])})
 
 
-store = store_from_url(
-    os.environ["FAILOVER_STORE_URL"],
-    prefix=PREFIX,
-    lock_ttl=float(os.environ.get("FAILOVER_LOCK_TTL", "2.0")),
-)
+if STORE_URL.startswith(("redis://", "rediss://")):
+    store = store_from_url(STORE_URL, prefix=PREFIX, lock_ttl=float(os.environ.get("FAILOVER_LOCK_TTL", "2.0")))
+else:
+    # Every run in flight holds a session-lock connection; three replicas share the server's 100
+    # connections with the job backends' pools: 6 gives each replica up to 18 lock connections.
+    store = store_from_url(STORE_URL, table_prefix=f"{PREFIX}_", pool_size=6)
 agent = ReActAgent(
     "worker",
     "You do tasks.",

@@ -29,8 +29,10 @@ from agentrt.server.jobs.base import (
     FencedError,
     Job,
     JobQueue,
+    JobRunError,
     Lease,
     LoggedFrame,
+    RunLimitError,
 )
 from agentrt.server.jobs.worker import EventEncoder, JobEventSource, JobWorker, worker_name
 
@@ -44,9 +46,11 @@ __all__ = [
     "JobBackend",
     "JobEventSource",
     "JobQueue",
+    "JobRunError",
     "JobWorker",
     "Lease",
     "LoggedFrame",
+    "RunLimitError",
     "worker_name",
 ]
 
@@ -71,12 +75,18 @@ class DurableRuns:
         workers: Worker loops in this process (0: submit only, e.g. with separate ``agentrt worker``
             processes).
         concurrency: Jobs each worker runs at once.
+        max_runs_per_user: Runs one user may have waiting or running across the whole cluster
+            (0: no limit); one more is refused with `RunLimitError` (HTTP 429) before anything is
+            recorded, so one user's burst cannot fill the queue ahead of everyone else.
     """
 
-    def __init__(self, backend: JobBackend, *, workers: int = 1, concurrency: int = 8) -> None:
-        if workers < 0 or concurrency < 1:
-            raise ValueError("workers must be >= 0 and concurrency >= 1")
+    def __init__(
+        self, backend: JobBackend, *, workers: int = 1, concurrency: int = 8, max_runs_per_user: int = 0
+    ) -> None:
+        if workers < 0 or concurrency < 1 or max_runs_per_user < 0:
+            raise ValueError("workers and max_runs_per_user must be >= 0 and concurrency >= 1")
         self.backend = backend
+        self.max_runs_per_user = max_runs_per_user
         self.workers_wanted = workers
         self.concurrency = concurrency
         self.workers: list[JobWorker] = []
@@ -111,7 +121,11 @@ class DurableRuns:
             await asyncio.sleep(self.metrics_interval)
 
     async def submit(self, agent_name: str, user_id: str, session_id: str, input: Any) -> Job:
-        """Record a run of the agent served as `agent_name` on `input` (its messages get their ids now)."""
+        """Record a run of the agent served as `agent_name` on `input` (its messages get their ids now).
+
+        Raises:
+            RunLimitError: the user already has `max_runs_per_user` runs waiting or running.
+        """
         messages = as_messages(input)
         job = Job(
             id=uuid.uuid4().hex,
@@ -121,7 +135,7 @@ class DurableRuns:
             input=tuple(m.to_dict() for m in messages),
             submitted_at=time.time(),
         )
-        await self.backend.submit(job)
+        await self.backend.submit(job, user_limit=self.max_runs_per_user)
         return job
 
     def events(self, job_id: str, after: int = 0) -> JobEventSource:
@@ -129,11 +143,14 @@ class DurableRuns:
         return JobEventSource(self.backend, job_id, after)
 
     async def result(self, job: Job, *, poll: float = 5.0) -> Msg:
-        """Wait for the job's run to end; its reply (raises `RuntimeError` with the run's error).
+        """Wait for the job's run to end; its reply.
 
         The run's own end is the last ``run_finished`` / ``run_error`` before the log's end (a
         subagent's come earlier, with its own `source`; the served name may differ from the
         agent's `name`).
+
+        Raises:
+            JobRunError: the run failed (its error's type and message), or its log expired.
         """
         from agentrt import _json
 
@@ -143,7 +160,7 @@ class DurableRuns:
         while True:
             frames = await self.backend.read(job.id, after, block=poll)
             if frames is None:
-                raise RuntimeError(f"run {job.id} is unknown or expired")
+                raise JobRunError(f"run {job.id} is unknown or expired")
             for frame in frames:
                 after = frame.seq
                 if frame.event_type == ev.RunFinished.type:
@@ -154,8 +171,10 @@ class DurableRuns:
                     if finished is not None:
                         return Msg.from_dict(finished["msg"])
                     if error is not None:
-                        raise RuntimeError(str(error.get("error") or "the run failed"))
-                    raise RuntimeError("the run ended without a reply")
+                        raise JobRunError(
+                            str(error.get("error") or "the run failed"), error_type=str(error.get("error_type") or "")
+                        )
+                    raise JobRunError("the run ended without a reply")
 
     async def depth(self) -> int:
         """Jobs waiting or running in the whole deployment."""

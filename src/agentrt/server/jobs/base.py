@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentrt.errors import FencedError
+from agentrt.errors import AgentrtError, FencedError, RunLimitError
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -26,8 +26,10 @@ __all__ = [
     "FencedError",
     "Job",
     "JobQueue",
+    "JobRunError",
     "Lease",
     "LoggedFrame",
+    "RunLimitError",
 ]
 
 DEFAULT_LEASE_SECONDS = 10.0
@@ -35,6 +37,18 @@ DEFAULT_LEASE_SECONDS = 10.0
 
 END_EVENT = "agentrt_run_end"
 """The event type of the last entry of a run's event log (never sent to clients)."""
+
+
+class JobRunError(AgentrtError, RuntimeError):
+    """A durable run ended with an error on its worker: the error's type name and message.
+
+    The exception itself stayed in the worker's process (possibly another replica); the run's
+    ``run_error`` event carries what is known of it.
+    """
+
+    def __init__(self, message: str, *, error_type: str = "") -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,8 +120,18 @@ class JobQueue(Protocol):
 
     lease_seconds: float
 
-    async def submit(self, job: Job) -> None:
-        """Record `job`; some worker will claim it."""
+    async def submit(self, job: Job, *, user_limit: int = 0) -> None:
+        """Record `job`; some worker will claim it.
+
+        With ``user_limit > 0`` the check and the insert are one atomic step across the cluster:
+        when the job's user already has `user_limit` jobs submitted and not completed, nothing is
+        recorded and `RunLimitError` is raised. A job that is never completed (its log expired)
+        stops counting when its record expires.
+        """
+        ...
+
+    async def active(self, user_id: str) -> int:
+        """The user's jobs submitted and not yet completed (what `user_limit` counts)."""
         ...
 
     async def claim(self, worker: str, *, block: float) -> Lease | None:
@@ -119,7 +143,7 @@ class JobQueue(Protocol):
         ...
 
     async def complete(self, lease: Lease) -> bool:
-        """The run ended: drop the job (False when it was taken over meanwhile)."""
+        """The run ended: drop the job and free its user's slot (False when it was taken over meanwhile)."""
         ...
 
     async def release(self, lease: Lease) -> None:

@@ -5,6 +5,8 @@ Keys (``prefix`` defaults to ``agentrt``)::
     {prefix}:jobs          STREAM  one entry per submitted job (field ``job``: its id); group ``workers``
     {prefix}:job:{id}      HASH    payload (the job's JSON), token (fencing), seq (last event), entry
     {prefix}:run:{id}      STREAM  the run's events, entry ids ``<seq>-0`` (fields ``t``: type, ``d``: JSON)
+    {prefix}:user:{h}:active  ZSET  a user's jobs not yet completed (h: a hash of the user id),
+                           scored by when their record expires: the per-user limit counts these
 
 A worker claims with ``XREADGROUP`` (new jobs) or ``XAUTOCLAIM`` (jobs whose holder has not
 heartbeated for ``lease_seconds``); each claim increments the job's token in the same script that
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
-from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, FencedError, Job, Lease, LoggedFrame
+from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, FencedError, Job, Lease, LoggedFrame, RunLimitError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -33,11 +36,29 @@ __all__ = ["RedisJobs"]
 
 logger = logging.getLogger("agentrt.server")
 
+# KEYS: jobs stream, job hash, the user's active set.  ARGV: job id, payload, log ttl ms, user
+# limit (0: none).  The entry id, or "" when the user is at the limit (nothing is written).  The
+# active set scores each job with the time its record expires (the server's clock), so a job
+# that is never completed stops counting when its record is gone.
 _SUBMIT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+local limit = tonumber(ARGV[4])
+if limit > 0 and redis.call('ZCARD', KEYS[3]) >= limit then return '' end
 local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[1])
 redis.call('HSET', KEYS[2], 'payload', ARGV[2], 'token', 0, 'seq', 0, 'entry', entry)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return entry
+"""
+
+# KEYS: the user's active set.  The user's jobs submitted and not completed (nor expired).
+_ACTIVE = """
+local now = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+return redis.call('ZCARD', KEYS[1])
 """
 
 # KEYS: job hash.  ARGV: entry id, log ttl ms.  The new token, or 0 when the job is gone (expired).
@@ -57,12 +78,14 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 """
 
-# KEYS: job hash, jobs stream.  ARGV: token, group, entry.  1 if it was ours and is now done.
+# KEYS: job hash, jobs stream, the user's active set.  ARGV: token, group, entry, job id.  1 if
+# it was ours and is now done (and no longer counts against its user's limit).
 _COMPLETE = """
 if tonumber(redis.call('HGET', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[1]) then return 0 end
 redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
 redis.call('XDEL', KEYS[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'done', 1)
+redis.call('ZREM', KEYS[3], ARGV[4])
 return 1
 """
 
@@ -142,6 +165,7 @@ class RedisJobs:
         self._group_ready = False
         client_ = self._client
         self._submit = client_.register_script(_SUBMIT)
+        self._active = client_.register_script(_ACTIVE)
         self._take = client_.register_script(_TAKE)
         self._renew = client_.register_script(_RENEW)
         self._complete = client_.register_script(_COMPLETE)
@@ -155,6 +179,10 @@ class RedisJobs:
 
     def _run_key(self, job_id: str) -> str:
         return f"{self.prefix}:run:{job_id}"
+
+    def _user_key(self, user_id: str) -> str:
+        # hashed: a user id is caller data, and may hold ':' or be long
+        return f"{self.prefix}:user:{hashlib.sha256(user_id.encode()).hexdigest()[:32]}:active"
 
     @property
     def _ttl_ms(self) -> int:
@@ -173,10 +201,22 @@ class RedisJobs:
         self._group_ready = True
 
     # -- JobQueue ---------------------------------------------------------------------------------
-    async def submit(self, job: Job) -> None:
+    async def submit(self, job: Job, *, user_limit: int = 0) -> None:
+        if user_limit < 0:
+            raise ValueError("user_limit must be >= 0")
         await self._ensure_group()
         payload = _json.dumps(job.to_dict())
-        await self._submit(keys=[self._stream, self._job_key(job.id)], args=[job.id, payload, self._ttl_ms])
+        keys = [self._stream, self._job_key(job.id), self._user_key(job.user_id)]
+        entry = await self._submit(keys=keys, args=[job.id, payload, self._ttl_ms, user_limit])
+        if not entry:
+            raise RunLimitError(
+                f"user {job.user_id!r} already has {user_limit} runs in progress; try again when one ends",
+                user_id=job.user_id,
+                limit=user_limit,
+            )
+
+    async def active(self, user_id: str) -> int:
+        return int(await self._active(keys=[self._user_key(user_id)], args=[]))
 
     async def claim(self, worker: str, *, block: float) -> Lease | None:
         from redis.exceptions import ResponseError
@@ -233,8 +273,9 @@ class RedisJobs:
         return bool(await self._renew(keys=[self._job_key(lease.job.id), self._stream], args=args))
 
     async def complete(self, lease: Lease) -> bool:
-        args: list[str | int] = [lease.token, self._group, lease.handle]
-        return bool(await self._complete(keys=[self._job_key(lease.job.id), self._stream], args=args))
+        args: list[str | int] = [lease.token, self._group, lease.handle, lease.job.id]
+        keys = [self._job_key(lease.job.id), self._stream, self._user_key(lease.job.user_id)]
+        return bool(await self._complete(keys=keys, args=args))
 
     async def release(self, lease: Lease) -> None:
         idle = max(1, round(self.lease_seconds * 1000)) * 100
