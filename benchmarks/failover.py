@@ -1,8 +1,10 @@
-"""Durable runs on Redis: failover time after a replica's death, and throughput of 1, 2 and 3 replicas.
+"""Durable runs on Redis or PostgreSQL: failover time after a replica's death, and throughput of 1-3 replicas.
 
-Real `agentrt serve --jobs redis://...` processes (the app of tests/integration/apps/failover_app.py:
-each run is a model call, one tool call and a model call; the scripted model answers after
-``--model-ms``), one shared Redis on 127.0.0.1:6379.
+Real `agentrt serve --jobs URL` processes (the app of tests/integration/apps/failover_app.py: each
+run is a model call, one tool call and a model call; the scripted model answers after
+``--model-ms``) sharing one backend: ``--backend redis`` (127.0.0.1:6379: jobs, event logs and
+sessions), ``postgres`` (127.0.0.1:5432: the same in PostgreSQL; the tool's records stay in Redis)
+or ``both``.
 
 * throughput: R replicas (1, 2, 3), each with one worker running up to ``--concurrency`` jobs;
   ``--runs`` non-streamed runs posted at once, spread over the replicas; runs per second.
@@ -12,14 +14,18 @@ each run is a model call, one tool call and a model call; the scripted model ans
   replica with ``Last-Event-ID``; p50 and p99 over ``--rounds`` rounds. The lease is ``--lease``
   seconds (the session lock's ttl the same): the floor of this time.
 
+On PostgreSQL each running run holds a session-lock connection and the server allows 100
+connections, so each replica runs at most ``--pg-concurrency`` (10) jobs at once.
+
 Prints a table and writes benchmarks/results/failover.json. Run: ``.venv/bin/python
-benchmarks/failover.py [--quick]`` (quick: fewer runs, one round, failover-quick.json).
+benchmarks/failover.py [--backend both] [--quick]`` (quick: fewer runs, one round, failover-quick.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import platform
@@ -41,6 +47,8 @@ ROOT = Path(__file__).parents[1]
 APPS = ROOT / "tests" / "integration" / "apps"
 RESULTS = ROOT / "benchmarks" / "results"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+URLS = {"redis": REDIS_URL, "postgres": POSTGRES_URL}
 KEY = {"Authorization": "Bearer bench-key"}
 PATH = "/v1/agents/worker/sessions"
 
@@ -53,22 +61,24 @@ def _free_port() -> int:
 
 
 class Replicas:
-    def __init__(self, count: int, *, prefix: str, lease: float, concurrency: int, env: dict[str, str]) -> None:
+    def __init__(self, count: int, *, backend: str, lease: float, concurrency: int, env: dict[str, str]) -> None:
         self.urls: list[str] = []
         self.procs: list[subprocess.Popen[str]] = []
         self.logs: list[IO[str]] = []
-        self.prefix = prefix
+        self.prefix = prefix = f"bf_{uuid.uuid4().hex[:8]}"  # an SQL identifier too
+        self.backend = backend
         for _ in range(count):
             port = _free_port()
             cmd = [sys.executable, "-m", "agentrt.cli", "serve", "failover_app:agent", "--port", str(port)]
-            cmd += ["--jobs", REDIS_URL, "--jobs-prefix", prefix, "--lease", str(lease)]
+            cmd += ["--jobs", URLS[backend], "--jobs-prefix", prefix, "--lease", str(lease)]
             cmd += ["--concurrency", str(concurrency), "--log-level", "warning"]
             log: IO[str] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
             full_env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(APPS)]),
                 "AGENTRT_API_KEYS": "bench-key=bench",
-                "FAILOVER_STORE_URL": REDIS_URL,
+                "FAILOVER_STORE_URL": URLS[backend],
+                "FAILOVER_RECORD_URL": REDIS_URL,
                 "FAILOVER_PREFIX": prefix,
                 "FAILOVER_LOCK_TTL": str(lease),
                 **env,
@@ -110,12 +120,30 @@ class Replicas:
         for key in client.scan_iter(f"{self.prefix}:*", count=1000):
             client.delete(key)
         client.close()
+        if self.backend == "postgres":  # called from the benchmark's loop: drop them from a thread of its own
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                pool.submit(asyncio.run, _drop_tables(self.prefix)).result()
 
 
-async def throughput(replicas: int, runs: int, model_ms: float, concurrency: int) -> dict[str, float]:
+async def _drop_tables(prefix: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type hints
+
+    conn = await asyncpg.connect(POSTGRES_URL)
+    try:
+        rows = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)",
+            prefix + "_",
+        )
+        if rows:
+            await conn.execute("DROP TABLE IF EXISTS " + ", ".join(f'"{r["tablename"]}"' for r in rows) + " CASCADE")
+    finally:
+        await conn.close()
+
+
+async def throughput(backend: str, replicas: int, runs: int, model_ms: float, concurrency: int) -> dict[str, Any]:
     group = Replicas(
         replicas,
-        prefix=f"bf-{uuid.uuid4().hex[:8]}",
+        backend=backend,
         lease=10.0,
         concurrency=concurrency,
         env={"FAILOVER_MODEL_S": str(model_ms / 1000), "FAILOVER_TOOL_S": "0"},
@@ -141,7 +169,14 @@ async def throughput(replicas: int, runs: int, model_ms: float, concurrency: int
             wall = time.perf_counter() - t0
     finally:
         group.stop()
-    return {"replicas": replicas, "runs": runs, "wall_s": wall, "runs_per_s": runs / wall}
+    return {
+        "backend": backend,
+        "replicas": replicas,
+        "concurrency": concurrency,
+        "runs": runs,
+        "wall_s": wall,
+        "runs_per_s": runs / wall,
+    }
 
 
 async def _stream(http: httpx.AsyncClient, url: str, method: str, path: str, **kw: Any) -> list[tuple[float, str, str]]:
@@ -167,17 +202,17 @@ async def _stream(http: httpx.AsyncClient, url: str, method: str, path: str, **k
     return got
 
 
-async def failover_round(runs: int, lease: float, model_ms: float) -> list[float]:
+async def failover_round(backend: str, runs: int, lease: float, model_ms: float) -> list[float]:
     import redis
 
-    prefix = f"bf-{uuid.uuid4().hex[:8]}"
     group = Replicas(
         2,
-        prefix=prefix,
+        backend=backend,
         lease=lease,
         concurrency=runs,
         env={"FAILOVER_MODEL_S": str(model_ms / 1000), "FAILOVER_TOOL_S": "2.0"},
     )
+    prefix = group.prefix
     raw = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     killed_at = 0.0
     victim_pid = group.procs[0].pid
@@ -224,27 +259,36 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    backends = ["redis", "postgres"] if args.backend == "both" else [args.backend]
     rows = []
-    for replicas in (1, 2, 3):
-        row = await throughput(replicas, args.runs, args.model_ms, args.concurrency)
-        rows.append(row)
-        print(f"throughput, {replicas} replica(s): {row['runs_per_s']:.1f} runs/s ({row['wall_s']:.2f} s)", flush=True)
-    gaps: list[float] = []
-    for _ in range(args.rounds):
-        gaps += await failover_round(args.failover_runs, args.lease, args.model_ms)
-        print(f"failover: {len(gaps)} takeovers so far", flush=True)
+    failover: dict[str, Any] = {}
+    for backend in backends:
+        concurrency = args.concurrency if backend == "redis" else args.pg_concurrency
+        for replicas in (1, 2, 3):
+            row = await throughput(backend, replicas, args.runs, args.model_ms, concurrency)
+            rows.append(row)
+            print(
+                f"{backend} throughput, {replicas} replica(s): {row['runs_per_s']:.1f} runs/s ({row['wall_s']:.2f} s)",
+                flush=True,
+            )
+        gaps: list[float] = []
+        runs = args.failover_runs if backend == "redis" else min(args.failover_runs, args.pg_concurrency)
+        for _ in range(args.rounds):
+            gaps += await failover_round(backend, runs, args.lease, args.model_ms)
+            print(f"{backend} failover: {len(gaps)} takeovers so far", flush=True)
+        failover[backend] = {
+            "takeovers": len(gaps),
+            "p50_s": statistics.median(gaps) if gaps else None,
+            "p99_s": _pct(gaps, 0.99) if gaps else None,
+            "max_s": max(gaps) if gaps else None,
+        }
     return {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "model_ms": args.model_ms,
         "lease_s": args.lease,
         "throughput": rows,
-        "failover": {
-            "takeovers": len(gaps),
-            "p50_s": statistics.median(gaps) if gaps else None,
-            "p99_s": _pct(gaps, 0.99) if gaps else None,
-            "max_s": max(gaps) if gaps else None,
-        },
+        "failover": failover,
     }
 
 
@@ -253,23 +297,29 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--model-ms", type=float, default=200.0)
     parser.add_argument("--lease", type=float, default=2.0)
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=64, help="jobs per replica at once on Redis")
+    parser.add_argument("--pg-concurrency", type=int, default=10, help="jobs per replica at once on PostgreSQL")
+    parser.add_argument("--backend", choices=["redis", "postgres", "both"], default="both")
     args = parser.parse_args()
     args.runs = 100 if args.quick else 400
     args.failover_runs = 10 if args.quick else 20
     args.rounds = 1 if args.quick else 3
     result = asyncio.run(main_async(args))
-    lines = ["| replicas | runs | wall | runs/s |", "|---:|---:|---:|---:|"]
+    lines = ["| backend | replicas | jobs at once per replica | runs | wall | runs/s |"]
+    lines.append("|---|---:|---:|---:|---:|---:|")
     for row in result["throughput"]:
-        lines.append(f"| {row['replicas']} | {row['runs']} | {row['wall_s']:.2f} s | {row['runs_per_s']:.1f} |")
-    fo = result["failover"]
-    lines += [
-        "",
-        f"failover (lease {args.lease:g} s): {fo['takeovers']} takeovers, death to the resumed run's first event "
-        f"p50 {fo['p50_s']:.2f} s, p99 {fo['p99_s']:.2f} s"
-        if fo["takeovers"]
-        else "failover: no takeover measured",
-    ]
+        lines.append(
+            f"| {row['backend']} | {row['replicas']} | {row['concurrency']} | {row['runs']} | {row['wall_s']:.2f} s"
+            f" | {row['runs_per_s']:.1f} |"
+        )
+    lines.append("")
+    for backend, fo in result["failover"].items():
+        lines.append(
+            f"{backend} failover (lease {args.lease:g} s): {fo['takeovers']} takeovers, death to the resumed run's"
+            f" first event p50 {fo['p50_s']:.2f} s, p99 {fo['p99_s']:.2f} s"
+            if fo["takeovers"]
+            else f"{backend} failover: no takeover measured"
+        )
     print("\n".join(lines))
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / ("failover-quick.json" if args.quick else "failover.json")
