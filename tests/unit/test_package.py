@@ -125,6 +125,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "NotPendingError",
         "RateLimitError",
         "SessionBusyError",
+        "RunLimitError",
         "SkillError",
         "StateConflictError",
         "StateStoreError",

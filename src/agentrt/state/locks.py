@@ -18,9 +18,10 @@ __all__ = ["LocalSessionLocks", "SessionLockHold", "held_fence", "poll_pause"]
 held_fence: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("agentrt_fence", default=None)
 """``(fence key, fencing token)`` of the distributed session lock the current task holds, if any.
 
-Set by a lock with fencing tokens (`RedisSessionLock`) for the body of its ``async with``, so the
-store's writes to that session carry the token and are refused once a later holder (a worker that
-took the run over) has a higher one: a paused or partitioned process that wakes up cannot write.
+Set by a lock with fencing tokens (`RedisSessionLock`, `SqlSessionLock`) for the body of its
+``async with``, so the store's writes to that session carry the token and are refused once a later
+holder (a worker that took the run over) has a higher one: a paused or partitioned process that
+wakes up cannot write.
 """
 
 

@@ -23,11 +23,16 @@ Schema (``<prefix>`` is ``table_prefix``, ``agentrt_`` by default; created on fi
         seq              BIGINT        0, 1, 2, ... in conversation order
         body             TEXT (MySQL: LONGTEXT)  one encode_message JSON text
         PRIMARY KEY (agent, user_id, session_id, seq)
+    <prefix>session_fences
+        user_id, agent, session_id, and their *_full originals   as in sessions
+        token            BIGINT        the fencing token of the session's latest lock acquisition
+        PRIMARY KEY (user_id, agent, session_id)
 
 Tables of earlier versions (without ``agent``) are migrated in place on first use, under the same
 database-wide lock as the table creation: ``agent`` is added with the default ``''`` (so their
 sessions become the legacy namespace) and joins the primary keys. The presence of the column is
 the schema version; the migration is idempotent and each table's ``ALTER`` is one statement.
+Deployments whose tables predate ``session_fences`` get it the same way, created on first use.
 
 The columns ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and
 override the copies in ``doc`` on load (``doc`` is rewritten only when fields change).
@@ -37,7 +42,19 @@ revision + 1 WHERE ... AND revision = :expected`` (no matching row: `StateConfli
 insert of the new message rows only, and the rewrite of ``doc`` only if fields changed. A first
 append (expected revision 0) inserts the session row; losing that race is a conflict too.
 
-`session_lock` holds a database lock per session across processes (`agentrt.state.sql_lock`).
+`session_lock` holds a database lock per session across processes (`agentrt.state.sql_lock`): a
+lease (with ``lock_ttl``, the server ends the lock connection of a holder that stops pinging it)
+with a fencing token. Each acquisition bumps the session's ``token`` to ``max(token + 1, the
+database clock in microseconds)`` on the lock connection (so a token is never handed out twice,
+even after its row was deleted) and sets `agentrt.state.locks.held_fence`. A write made while a
+fence is held first reads the fence row ``FOR SHARE`` (MySQL/MariaDB: ``LOCK IN SHARE MODE``) in
+its transaction and raises `FencedError`, writing nothing, unless the row still holds the held
+token: the share lock orders the check against a takeover's bump. Writes without a held fence cost
+nothing more. Fence rows go with their session (``delete``, ``prune``, ``delete_user``; ``prune``
+also sweeps fence rows left without a session, by the time in their token), except while the
+session's lock is held: a row is only deleted in a transaction that finds the lock free
+(PostgreSQL: ``pg_try_advisory_xact_lock``, held to the commit; MySQL/MariaDB: ``IS_FREE_LOCK``
+with the row locked), so a holder's fence never disappears under it.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import random
 import re
 import time
@@ -54,11 +72,12 @@ from typing import Any, Self, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql as sa_mysql
+from sqlalchemy.dialects import postgresql as sa_pg
 from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentrt import _json
-from agentrt.errors import AgentrtError, StateConflictError, StateStoreError, UserError
+from agentrt.errors import AgentrtError, FencedError, StateConflictError, StateStoreError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import (
     STATE_FIELDS,
@@ -73,7 +92,7 @@ from agentrt.state.base import (
     is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
-from agentrt.state.locks import LocalSessionLocks
+from agentrt.state.locks import LocalSessionLocks, held_fence
 from agentrt.state.sql_lock import SqlLocks, SqlSessionLock, discard_connection, mysql_lock_name, pg_lock_key
 
 __all__ = ["SqlSessionLock", "SqlStateStore"]
@@ -92,6 +111,8 @@ _ATTEMPTS = 4  # a transaction the database rolled back as a deadlock victim is 
 _DDL_LOCK_WAIT = 60
 _PRUNE_BATCH = 200
 """Sessions `prune` looks at (and deletes, in one transaction) per round trip."""
+_DEFAULT_LOCK_TTL = 30.0
+_MIN_LOCK_TTL = 0.1
 
 
 class _Key(sa.types.TypeDecorator[str]):
@@ -123,7 +144,7 @@ class _Key(sa.types.TypeDecorator[str]):
         return None if value is None else str(value)
 
 
-def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
     metadata = sa.MetaData()
     long_text = sa.Text().with_variant(sa_mysql.LONGTEXT(), "mysql", "mariadb")
     sessions = sa.Table(
@@ -156,7 +177,21 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table]:
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
     )
-    return metadata, sessions, messages
+    # the user comes first in the key: delete_user finds a user's fences without another index
+    fences = sa.Table(
+        f"{prefix}session_fences",
+        metadata,
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("agent", _Key(_AGENT_CHARS), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("agent_full", long_text, nullable=True),  # the originals name the session's lock
+        sa.Column("user_id_full", long_text, nullable=True),
+        sa.Column("session_id_full", long_text, nullable=True),
+        sa.Column("token", sa.BigInteger(), nullable=False, autoincrement=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    return metadata, sessions, messages, fences
 
 
 def _key(value: str, what: str, chars: int = _KEY_CHARS) -> tuple[str, str | None]:
@@ -220,13 +255,19 @@ class SqlStateStore(BaseStateStore):
             ``mariadb://`` get those drivers). Leave it out when you pass `engine`.
         engine: Use this engine instead of creating one; the store never disposes it, and takes its
             session-lock connections from it too (one per held lock: size its pool accordingly).
-        table_prefix: Prefix of the two table names (letters, digits, underscores; ≤ 40 characters).
+        table_prefix: Prefix of the table names (letters, digits, underscores; ≤ 40 characters).
         pool_size: Connections kept by each of the store's two pools (data, and session locks);
             each may grow by as many again under load.
         lock_poll: Longest pause between two tries of a busy session lock, in seconds (tries start
             2 ms apart and back off, with jitter, up to this).
         idle_ttl: Seconds a session may go unwritten before it reads as missing and is deleted
             (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
+        lock_ttl: The session lock's lease, in seconds (at least 0.1; whole seconds on
+            MySQL/MariaDB, rounded up): a holder pings its lock connection every third of it, and
+            the server ends the connection, freeing the lock, once a holder (or waiter) has been
+            paused that long (PostgreSQL 14 and later; MariaDB also ends a transaction of the
+            store's own engine left idle that long). Writes stay fenced either way. None: no
+            lease (a paused process keeps its lock until its connection dies).
 
     Raises:
         StateStoreError: The URL is invalid or names no supported async driver (the message never
@@ -242,6 +283,7 @@ class SqlStateStore(BaseStateStore):
         pool_size: int = 10,
         lock_poll: float = 0.05,
         idle_ttl: float | None = None,
+        lock_ttl: float | None = _DEFAULT_LOCK_TTL,
     ) -> None:
         self._idle_ttl = check_idle_ttl(idle_ttl)
         if not isinstance(table_prefix, str) or not _PREFIX_RE.fullmatch(table_prefix):
@@ -252,6 +294,13 @@ class SqlStateStore(BaseStateStore):
             raise UserError(f"pool_size must be at least 1, not {pool_size}")
         if not lock_poll > 0:
             raise UserError(f"lock_poll must be positive, not {lock_poll}")
+        if lock_ttl is not None and (
+            isinstance(lock_ttl, bool)
+            or not isinstance(lock_ttl, (int, float))
+            or not _MIN_LOCK_TTL <= lock_ttl < float("inf")
+        ):
+            raise UserError(f"lock_ttl must be None or a number of seconds, at least {_MIN_LOCK_TTL}, not {lock_ttl!r}")
+        self._lock_ttl = None if lock_ttl is None else float(lock_ttl)
         self._prefix = table_prefix
         self._lock_poll = float(lock_poll)
         self._closed = False
@@ -281,7 +330,10 @@ class SqlStateStore(BaseStateStore):
             raise StateStoreError(
                 f"SqlStateStore supports PostgreSQL and MySQL/MariaDB, not {backend!r} ({self._where})"
             )
-        self._metadata, self._sessions, self._messages = _define_tables(table_prefix)
+        self._metadata, self._sessions, self._messages, self._fences = _define_tables(table_prefix)
+        url = self._url
+        # names this store's sessions in `held_fence` (ids never hold NUL: it separates the parts)
+        self._fence_scope = f"agentrt-sql\x00{backend}\x00{url.host}\x00{url.port}\x00{url.database}\x00{table_prefix}"
         self._db_locks = SqlLocks(
             self._lock_engine,
             shared=self._lock_engine is self._engine,
@@ -289,9 +341,15 @@ class SqlStateStore(BaseStateStore):
             database=self._url.database or "",
             prefix=table_prefix,
             poll=self._lock_poll,
+            ttl=self._lock_ttl,
             check_open=self._check_open,
+            prepare=self._ensure_tables,
+            bump=self._bump_fence,
             error=self._error,
         )
+        if self._mysql and self._owns_engine and self._lock_ttl is not None:
+            _end_idle_transactions(self._engine, math.ceil(self._lock_ttl))
+        self._fence_check, self._fence_bump = self._fence_statements()
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -305,6 +363,11 @@ class SqlStateStore(BaseStateStore):
         """The prefix of the store's table names."""
         return self._prefix
 
+    @property
+    def lock_ttl(self) -> float | None:
+        """The session lock's lease in seconds (None: no lease)."""
+        return self._lock_ttl
+
     def __repr__(self) -> str:
         return f"SqlStateStore({self._url.render_as_string(hide_password=True)!r}, table_prefix={self._prefix!r})"
 
@@ -316,7 +379,7 @@ class SqlStateStore(BaseStateStore):
         await self._ensure_tables()
 
     async def drop_tables(self) -> None:
-        """Drop the store's two tables and everything in them (for tests and uninstalls)."""
+        """Drop the store's tables and everything in them (for tests and uninstalls)."""
         self._check_open()
 
         async def run() -> None:
@@ -346,7 +409,9 @@ class SqlStateStore(BaseStateStore):
             return None
         revision, raw_doc, count, created_at, updated_at, bodies = found
         if cutoff is not None and is_idle(updated_at, cutoff):
-            await self._run("delete an idle session", lambda: self._delete_tx(ak, uk, sk, cutoff))
+            lock = self._lock_params(agent, user_id, session_id)["main"]
+            fence = self._held_token(ak, uk, sk)
+            await self._run("delete an idle session", lambda: self._delete_tx(ak, uk, sk, lock, cutoff, fence))
             return None
         where = f"session {session_id!r} of user {user_id!r}"
         offset = min(since_index, count)
@@ -386,9 +451,10 @@ class SqlStateStore(BaseStateStore):
         bodies = [encode_message(m) for m in messages]
         await self._ensure_tables()
         keys = _Keys(ak, uk, sk, afull, ufull, sfull)
+        fence = self._held_token(ak, uk, sk)
 
         async def run() -> int:
-            return await self._append_tx(keys, agent, user_id, session_id, bodies, patch, expected_revision)
+            return await self._append_tx(keys, agent, user_id, session_id, bodies, patch, expected_revision, fence)
 
         try:
             return await self._run("append", run)
@@ -405,9 +471,10 @@ class SqlStateStore(BaseStateStore):
         bodies = [encode_message(m) for m in state.messages]
         await self._ensure_tables()
         keys = _Keys(ak, uk, sk, afull, ufull, sfull)
+        fence = self._held_token(ak, uk, sk)
 
         async def run() -> int:
-            return await self._save_tx(keys, doc, bodies, float(state.created_at), expected_revision)
+            return await self._save_tx(keys, doc, bodies, float(state.created_at), expected_revision, fence)
 
         for _ in range(_ATTEMPTS):
             try:
@@ -420,12 +487,14 @@ class SqlStateStore(BaseStateStore):
         raise StateStoreError(f"save of session {state.session_id!r} kept racing other writers; try again")
 
     async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
-        """Remove a session and its messages; True if it existed."""
+        """Remove a session, its messages and (unless its lock is held) its fence row; True if it existed."""
         ak, _ = _agent_key(agent)
         uk, _ = _key(user_id, "user_id")
         sk, _ = _key(session_id, "session_id")
         await self._ensure_tables()
-        return await self._run("delete", lambda: self._delete_tx(ak, uk, sk))
+        lock = self._lock_params(agent, user_id, session_id)["main"]
+        fence = self._held_token(ak, uk, sk)
+        return await self._run("delete", lambda: self._delete_tx(ak, uk, sk, lock, None, fence))
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), most recently updated first."""
@@ -513,24 +582,27 @@ class SqlStateStore(BaseStateStore):
             rows = await self._run("find sessions to prune", find)
             if not rows:
                 break
-            locked = await self._locked(rows) if skip_locked else set()
-            free = [(row[0], row[2], row[4]) for i, row in enumerate(rows) if i not in locked]
+            locks = self._row_locks(rows)
+            locked = await self._locked(locks) if skip_locked else set()
+            free = [(row[0], row[2], row[4], locks[i]) for i, row in enumerate(rows) if i not in locked]
             skipped += len(locked)
             if dry_run:
                 skipped += len(free)  # nothing goes: page on past them
                 count += len(free)
             elif free:
 
-                async def delete(keys: list[tuple[str, str, str]] = free) -> int:
+                async def delete(keys: list[tuple[str, str, str, Any]] = free) -> int:
                     return await self._prune_tx(keys, cutoff)
 
                 # a session written since it was found is not deleted, and no longer matches
                 count += await self._run("prune sessions", delete)
+        if not dry_run:
+            await self._prune_fences(cutoff, user_id=user_id, agent=agent)
         return count
 
-    async def _locked(self, rows: list[tuple[Any, ...]]) -> set[int]:
-        """The indexes of the `rows` (agent, agent_full, user_id, user_id_full, session_id, ...) whose lock is held."""
-        params = [
+    def _row_locks(self, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The main lock name of each row (agent, agent_full, user_id, user_id_full, session_id, session_id_full)."""
+        return [
             self._lock_params(
                 afull if afull is not None else akey,
                 ufull if ufull is not None else ukey,
@@ -538,6 +610,50 @@ class SqlStateStore(BaseStateStore):
             )["main"]
             for akey, afull, ukey, ufull, skey, sfull in rows
         ]
+
+    async def _prune_fences(self, cutoff: float | None, *, user_id: str | None, agent: str | None) -> None:
+        """Delete the fence rows left without a session (last locked before `cutoff`) whose lock is free.
+
+        Such rows come from sessions locked but never written, or deleted while locked. A token
+        holds the database clock (microseconds) of its latest acquisition, so it dates the row.
+        """
+        f, s = self._fences, self._sessions
+        conditions: list[sa.ColumnElement[bool]] = [
+            ~sa.exists().where(s.c.agent == f.c.agent, s.c.user_id == f.c.user_id, s.c.session_id == f.c.session_id)
+        ]
+        if cutoff is not None:
+            conditions.append(f.c.token < int(cutoff * 1_000_000))
+        if user_id is not None:
+            conditions.append(f.c.user_id == _key(user_id, "user_id")[0])
+        if agent is not None:
+            conditions.append(f.c.agent == _agent_key(agent)[0])
+        skipped = 0
+        while True:
+            stmt = (
+                sa.select(f.c.agent, f.c.agent_full, f.c.user_id, f.c.user_id_full, f.c.session_id, f.c.session_id_full)
+                .where(*conditions)
+                .order_by(f.c.user_id, f.c.agent, f.c.session_id)
+                .limit(_PRUNE_BATCH)
+                .offset(skipped)
+            )
+
+            async def find(stmt: sa.Select[Any] = stmt) -> list[tuple[Any, ...]]:
+                async with self._engine.connect() as conn:
+                    return [tuple(row) for row in (await conn.execute(stmt)).all()]
+
+            rows = await self._run("find fences to prune", find)
+            if not rows:
+                return
+            entries = [(row[0], row[2], row[4], lock) for row, lock in zip(rows, self._row_locks(rows), strict=True)]
+
+            async def drop(entries: list[tuple[str, str, str, Any]] = entries) -> int:
+                async with self._engine.begin() as conn:
+                    return await self._drop_fences(conn, entries)
+
+            skipped += len(rows) - await self._run("prune fences", drop)  # the locked ones stay
+
+    async def _locked(self, params: list[Any]) -> set[int]:
+        """The indexes of the lock names (`_row_locks`) that are held."""
         if self._pg:
             # a bigint advisory lock shows in pg_locks as classid (high 32 bits), objid (low), objsubid 1
             query = sa.text(
@@ -567,9 +683,12 @@ class SqlStateStore(BaseStateStore):
     def session_lock(
         self, user_id: str, session_id: str, *, timeout: float | None = None, agent: str = ""
     ) -> SqlSessionLock:
-        """``async with store.session_lock(user, session):`` - one caller at a time, across processes.
+        """``async with store.session_lock(user, session) as hold:`` - one caller at a time, across processes.
 
         Raises `SessionBusyError` if the lock is not acquired within `timeout` seconds (None: wait).
+        ``hold.fencing_token`` strictly increases with each acquisition of the session; the store's
+        writes to the session within the body are refused (`FencedError`) once another process has
+        taken the lock over (after this one was paused past `lock_ttl`).
         """
         _agent_key(agent)
         _key(user_id, "user_id")
@@ -624,6 +743,7 @@ class SqlStateStore(BaseStateStore):
         sk, _ = _key(session_id, "session_id")
         tk, tfull = _key(target, "session_id")
         s, m = self._sessions, self._messages
+        legacy_lock = self._lock_params("", user_id, session_id)["main"]
         await self._ensure_tables()
 
         async def run() -> bool | None:
@@ -642,6 +762,7 @@ class SqlStateStore(BaseStateStore):
                 if result.rowcount != 1:
                     return None  # moved or deleted meanwhile
                 await conn.execute(sa.update(m).where(self._where_key(m, "", uk, sk)).values(agent=ak, session_id=tk))
+                await self._drop_fences(conn, [("", uk, sk, legacy_lock)])  # the old address is gone
             return True
 
         return await self._run("move a legacy session", run)
@@ -698,12 +819,15 @@ class SqlStateStore(BaseStateStore):
         bodies: list[str],
         patch: dict[str, Any] | None,
         expected: int,
+        fence: int | None,
     ) -> int:
         s, m = self._sessions, self._messages
         n = len(bodies)
         now = time.time()
         revision = expected + 1
         async with self._engine.begin() as conn:
+            if fence is not None:
+                await self._check_fence(conn, keys.agent, keys.user, keys.session, fence)
             if expected == 0:
                 doc = encode_state(
                     AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now),
@@ -758,11 +882,14 @@ class SqlStateStore(BaseStateStore):
         bodies: list[str],
         created_at: float,
         expected: int | None,
+        fence: int | None,
     ) -> int:
         s, m = self._sessions, self._messages
         now = time.time()
         where = self._where_key(s, keys.agent, keys.user, keys.session)
         async with self._engine.begin() as conn:
+            if fence is not None:
+                await self._check_fence(conn, keys.agent, keys.user, keys.session, fence)
             if expected is None:
                 row = (await conn.execute(sa.select(s.c.revision).where(where).with_for_update())).first()
                 current = 0 if row is None else int(row[0])
@@ -790,26 +917,39 @@ class SqlStateStore(BaseStateStore):
                 await conn.execute(sa.insert(m), [{**keys.key(), "seq": i, "body": b} for i, b in enumerate(bodies)])
         return revision
 
-    async def _delete_tx(self, ak: str, uk: str, sk: str, cutoff: float | None = None) -> bool:
-        """Delete a session (with `cutoff`: only if it was last written before it); True if it went."""
+    async def _delete_tx(
+        self, ak: str, uk: str, sk: str, lock: Any, cutoff: float | None = None, fence: int | None = None
+    ) -> bool:
+        """Delete a session (with `cutoff`: only if it was last written before it); True if it went.
+
+        Its fence row goes too unless the session's lock (named `lock`) is held; with a held
+        `fence` token, nothing is deleted if a later holder has taken the lock.
+        """
         s, m = self._sessions, self._messages
         where = self._where_key(s, ak, uk, sk)
         if cutoff is not None:
             where = sa.and_(where, s.c.updated_at < cutoff)
         async with self._engine.begin() as conn:
-            # the session row first: the lock order of append and save, so no deadlock between them
+            # the fence row, then the session row: the lock order of append and save (no deadlock)
+            if fence is not None:
+                await self._check_fence(conn, ak, uk, sk, fence)
+            await self._drop_fences(conn, [(ak, uk, sk, lock)])
             result = await conn.execute(sa.delete(s).where(where))
             if cutoff is not None and result.rowcount == 0:
                 return False
             await conn.execute(sa.delete(m).where(self._where_key(m, ak, uk, sk)))
             return result.rowcount > 0
 
-    async def _prune_tx(self, keys: list[tuple[str, str, str]], cutoff: float | None) -> int:
-        """Delete the sessions of `keys` (key columns) still last written before `cutoff`; how many went."""
+    async def _prune_tx(self, keys: list[tuple[str, str, str, Any]], cutoff: float | None) -> int:
+        """Delete the sessions of `keys` (key columns, lock name) still last written before `cutoff`; how many went.
+
+        Their fence rows go too (those of sessions whose lock is free).
+        """
         s, m = self._sessions, self._messages
         async with self._engine.begin() as conn:
-            # session rows first (the lock order of append, save and delete), then their messages
-            where = sa.or_(*(self._where_key(s, *key) for key in keys))
+            # fence rows, session rows, then their messages: the lock order of append, save and delete
+            await self._drop_fences(conn, keys)
+            where = sa.or_(*(self._where_key(s, *key[:3]) for key in keys))
             if cutoff is not None:
                 where = sa.and_(where, s.c.updated_at < cutoff)
             columns = (s.c.agent, s.c.user_id, s.c.session_id)
@@ -837,6 +977,123 @@ class SqlStateStore(BaseStateStore):
         return StateConflictError(
             f"session {session_id!r} of user {user_id!r} is at revision {current}, not {expected}"
         )
+
+    # -- fencing -------------------------------------------------------------------------------
+
+    def _fence_key(self, ak: str, uk: str, sk: str) -> str:
+        """The `held_fence` key of a session of this store (its key columns)."""
+        return f"{self._fence_scope}\x00{ak}\x00{uk}\x00{sk}"
+
+    def _held_token(self, ak: str, uk: str, sk: str) -> int | None:
+        """The fencing token this task holds for the session, if it holds the session's lock."""
+        held = held_fence.get()
+        if held is None or held[0] != self._fence_key(ak, uk, sk):
+            return None
+        return held[1]
+
+    def _fence_statements(self) -> tuple[sa.Select[Any], sa.Executable]:
+        """The fence check and the fence bump, built once (bound per session: ``f_agent``, ``f_user``, ...).
+
+        The bump sets the token to ``max(previous + 1, the database clock in microseconds)``: it
+        increases with every acquisition, and a row deleted and created again starts above every
+        earlier token. The check reads the row ``FOR SHARE``; on PostgreSQL, with a lease, the
+        same statement bounds the transaction's idle time by the ttl.
+        """
+        f = self._fences
+        key = {
+            "agent": sa.bindparam("f_agent", type_=f.c.agent.type),
+            "user_id": sa.bindparam("f_user", type_=f.c.user_id.type),
+            "session_id": sa.bindparam("f_session", type_=f.c.session_id.type),
+        }
+        columns: list[sa.ColumnElement[Any]] = [f.c.token]
+        if self._pg and self._lock_ttl is not None:
+            ms = str(max(1, math.ceil(self._lock_ttl * 1000)))
+            columns.append(sa.func.set_config("idle_in_transaction_session_timeout", ms, sa.true()))
+        where = sa.and_(*(f.c[name] == value for name, value in key.items()))
+        check = sa.select(*columns).where(where).with_for_update(read=True)
+        values: dict[str, Any] = {
+            **key,
+            "agent_full": sa.bindparam("f_agent_full", type_=f.c.agent_full.type),
+            "user_id_full": sa.bindparam("f_user_full", type_=f.c.user_id_full.type),
+            "session_id_full": sa.bindparam("f_session_full", type_=f.c.session_id_full.type),
+        }
+        bump: sa.Executable
+        if self._pg:
+            now_us = sa.cast(sa.extract("epoch", sa.func.clock_timestamp()) * 1_000_000, sa.BigInteger)
+            insert = sa_pg.insert(f).values(**values, token=now_us)
+            # committed without waiting for the WAL flush (set for this statement's transaction only):
+            # a bump lost in a crash is harmless, the next one is above it by the clock, and a write
+            # made under it is refused (its token is no longer the row's); a durable write made under
+            # it flushes the bump first (WAL order)
+            bump = insert.on_conflict_do_update(
+                index_elements=[f.c.user_id, f.c.agent, f.c.session_id],
+                set_={"token": sa.func.greatest(f.c.token + 1, insert.excluded.token)},
+            ).returning(f.c.token, sa.func.set_config("synchronous_commit", "off", sa.true()))
+        else:
+            my_now = sa.func.timestampdiff(
+                sa.literal_column("MICROSECOND"), sa.literal_column("'1970-01-01 00:00:00'"), sa.func.utc_timestamp(6)
+            )
+            # LAST_INSERT_ID(x) hands x back to this connection (as lastrowid): no read after the write
+            bump = (
+                sa_mysql.insert(f)
+                .values(**values, token=sa.func.last_insert_id(my_now))
+                .on_duplicate_key_update(token=sa.func.last_insert_id(sa.func.greatest(f.c.token + 1, my_now)))
+            )
+        return check, bump
+
+    async def _bump_fence(self, conn: AsyncConnection, agent: str, user_id: str, session_id: str) -> tuple[str, int]:
+        """Hand out the session's next fencing token, on the lock connection (autocommit) that holds its lock."""
+        ak, afull = _agent_key(agent)
+        uk, ufull = _key(user_id, "user_id")
+        sk, sfull = _key(session_id, "session_id")
+        params = {
+            "f_agent": ak,
+            "f_user": uk,
+            "f_session": sk,
+            "f_agent_full": afull,
+            "f_user_full": ufull,
+            "f_session_full": sfull,
+        }
+        result = await conn.execute(self._fence_bump, params)
+        token = int(result.one()[0]) if self._pg else int(result.lastrowid)
+        return self._fence_key(ak, uk, sk), token
+
+    async def _check_fence(self, conn: AsyncConnection, ak: str, uk: str, sk: str, token: int) -> None:
+        """In a write transaction: `FencedError` unless the session's fence row still holds `token`.
+
+        The share lock keeps a takeover's bump waiting until this transaction ends (or makes this
+        read wait for the bump and see its token). On PostgreSQL, with a lease, the statement also
+        bounds the transaction's idle time by the ttl, so a holder paused inside it cannot keep its
+        row locks (and the next holder waiting on them) for longer.
+        """
+        row = (await conn.execute(self._fence_check, {"f_agent": ak, "f_user": uk, "f_session": sk})).first()
+        current = None if row is None else int(row[0])
+        if current != token:
+            now = "its fence is gone" if current is None else f"its fencing token is {current}, this holder's {token}"
+            raise FencedError(
+                f"session {sk!r} of user {uk!r}: the session lock was taken over ({now}); "
+                "this process may no longer write to it"
+            )
+
+    async def _drop_fences(self, conn: AsyncConnection, entries: Sequence[tuple[str, str, str, Any]]) -> int:
+        """Delete the fence rows of `entries` (key columns, main lock name) whose lock is free; how many went.
+
+        The lock is checked with the row locked (MySQL/MariaDB: ``IS_FREE_LOCK``) or taken until the
+        commit (PostgreSQL: ``pg_try_advisory_xact_lock``), so a holder's row never goes: a later
+        acquisition creates the row again with a higher token.
+        """
+        if not entries:
+            return 0
+        f = self._fences
+        terms = []
+        for ak, uk, sk, lock in entries:
+            free: sa.ColumnElement[bool]
+            if self._pg:
+                free = sa.func.pg_try_advisory_xact_lock(sa.literal(lock, sa.BigInteger()), type_=sa.Boolean())
+            else:
+                free = sa.func.is_free_lock(sa.literal(lock, sa.String())) == 1
+            terms.append(sa.and_(self._where_key(f, ak, uk, sk), free))
+        return int((await conn.execute(sa.delete(f).where(sa.or_(*terms)))).rowcount)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -961,6 +1218,27 @@ class SqlStateStore(BaseStateStore):
 
     def _lock_params(self, agent: str, user_id: str, session_id: str) -> dict[str, Any]:
         return self._db_locks.params(agent, user_id, session_id)
+
+
+def _end_idle_transactions(engine: AsyncEngine, seconds: int) -> None:
+    """MariaDB: have the server end a data connection left idle inside a transaction for `seconds`.
+
+    A holder paused in the middle of a write transaction would otherwise keep its row locks, and
+    the next holder waiting on them, until the connection's ``wait_timeout`` (hours). Set on the
+    store's own engine only (never on a caller's); MySQL has no such setting.
+    """
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # known: the engine sets its dialect up on the first connection, before this runs
+        if not getattr(engine.dialect, "is_mariadb", False):
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {int(seconds)}")
+        finally:
+            cursor.close()
+
+    sa.event.listen(engine.sync_engine, "connect", on_connect)
 
 
 def _is_deadlock(exc: sa_exc.DBAPIError) -> bool:
