@@ -300,6 +300,84 @@ async def check_a_job_that_keeps_killing_its_workers_ends_with_an_error(make: Ma
         assert log is not None and [t for _, t, _ in log] == ["run_error", END_EVENT]
 
 
+# -- what the control channel carries: interrupts of a run on another replica -------------------
+async def check_active_jobs_and_control_messages_reach_every_replica(make: MakeBackend) -> None:
+    a, b = make(), make()
+    async with _opened(a, b):
+        first, second, other = new_job(user="hana", n=1), new_job(user="hana", n=2), new_job(user="ivan")
+        for job in (first, second, other):
+            await a.submit(job)
+        assert await b.active_jobs("hana") == [first, second] and await b.active_jobs("nobody") == []
+        lease = await b.claim("W", block=0.5)
+        assert lease is not None and lease.job == first
+        assert await b.complete(lease)
+        assert await a.active_jobs("hana") == [second], "a completed job is no longer active"
+        got: dict[str, list[bytes]] = {"a": [], "b": []}
+        a.on_control(got["a"].append)
+        b.on_control(got["b"].append)
+        deadline = time.monotonic() + 5
+        while not (got["a"] and got["b"]):  # at most once: publish again until both listeners are up
+            assert time.monotonic() < deadline, got
+            await a.publish_control(b'{"op":"ping"}')
+            await asyncio.sleep(0.1)
+        assert set(got["a"]) == set(got["b"]) == {b'{"op":"ping"}'}
+
+
+async def check_an_interrupt_reaches_the_run_on_another_replica(make: MakeBackend) -> None:
+    from agentrt import ReActAgent, Toolkit, tool
+    from agentrt.message import GenerateReason, ToolResultBlock, ToolUseBlock
+    from agentrt.model import ModelRequest, ScriptedModel
+    from agentrt.server.context import encode_event
+    from agentrt.state import InMemoryStateStore
+
+    started, finished = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """A long step."""
+        started.set()
+        await asyncio.sleep(30)
+        finished.set()
+        return "done"
+
+    def plan(request: ModelRequest) -> str | ToolUseBlock:
+        last = request.messages[-1]
+        results = [b for b in last.content if isinstance(b, ToolResultBlock)]
+        return f"result: {results[0].state}" if results else ToolUseBlock(id="c1", name="slow", input={})
+
+    agent = ReActAgent(
+        "helper", model=ScriptedModel.from_function(plan), toolkit=Toolkit([slow]), state_store=InMemoryStateStore()
+    )
+    runner_backend, front_backend = make(), make()
+    runner = DurableRuns(runner_backend, workers=1)  # the replica whose worker runs the job
+    front = DurableRuns(front_backend, workers=0)  # the replica the client talks to
+    async with _opened(runner_backend, front_backend):
+        runner.start({"helper": agent}, encode_event)
+        try:
+            assert not await front.interrupt("helper", "alice", "s1"), "nothing runs yet"
+            job = await front.submit("helper", "alice", "s1", "go")
+            await asyncio.wait_for(started.wait(), 10)
+            assert not await front.interrupt("helper", "bob", "s1"), "another user's session is not theirs"
+            assert not await front.interrupt("other", "alice", "s1")
+            deadline = time.monotonic() + 10
+            while not finished.is_set() and not runner.workers[0].completed:  # the channel is at most once
+                assert await front.interrupt("helper", "alice", "s1", "stop, please")
+                try:
+                    reply = await asyncio.wait_for(front.result(job), 0.5)
+                    break
+                except TimeoutError:
+                    assert time.monotonic() < deadline, "the interrupt never reached the worker"
+            else:
+                reply = await front.result(job)
+            assert not finished.is_set(), "the tool was cancelled, not run to its end"
+            state = await agent.state_store.load("alice", "s1", agent="helper")
+            assert state is not None
+            assert [m.text for m in state.messages if m.role == "user" and m.text] == ["go", "stop, please"]
+            assert reply.generate_reason is GenerateReason.INTERRUPTED, reply.metadata
+        finally:
+            await runner.drain(1.0)
+
+
 CHECKS: tuple[Check, ...] = (
     check_claim_heartbeat_takeover_and_fencing,
     check_takeovers_come_before_new_jobs,
@@ -312,6 +390,8 @@ CHECKS: tuple[Check, ...] = (
     check_user_limit_is_atomic_across_replicas,
     check_the_event_source_numbers_frames_and_stops_at_the_end,
     check_a_job_that_keeps_killing_its_workers_ends_with_an_error,
+    check_active_jobs_and_control_messages_reach_every_replica,
+    check_an_interrupt_reaches_the_run_on_another_replica,
 )
 
 

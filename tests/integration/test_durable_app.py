@@ -280,3 +280,30 @@ async def test_openai_chat_completions_run_as_jobs(redis_url: str, prefix: str) 
     state = await store.load("alice", "oa", agent="helper")
     assert state is not None and [m.text for m in state.messages if m.role == "user" and m.text] == ["define tea", "hi"]
     await runs.close()
+
+
+async def test_the_interrupt_route_stops_a_durable_run(redis_url: str, prefix: str) -> None:
+    store = InMemoryStateStore()
+    runs = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=1)
+    app = create_app(_agent(store, slow=30), api_keys=KEYS, jobs=runs)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        nothing = await http.post(f"{PATH}/nope/interrupt", json={}, headers=ALICE)
+        assert nothing.status_code == 404, "an unknown session, as without durable runs"
+        body = {"input": "define tea", "stream": True}
+        streaming = asyncio.create_task(http.post(f"{PATH}/s1/messages", json=body, headers=ALICE))
+        for _ in range(500):
+            if runs.workers[0].running:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # the model answered at once: the tool is running
+        theirs = await http.post(f"{PATH}/s1/interrupt", json={}, headers=BOB)
+        assert theirs.status_code == 404, "Bob cannot stop Alice's run"
+        stop = await http.post(f"{PATH}/s1/interrupt", json={"message": "enough"}, headers=ALICE)
+        assert stop.status_code == 200 and stop.json() == {"interrupted": True}
+        streamed = await asyncio.wait_for(streaming, 10)
+        assert _frames(streamed.text)[-1][1] == "run_finished"
+    state = await store.load("alice", "s1", agent="helper")
+    assert state is not None
+    assert "enough" in [m.text for m in state.messages if m.role == "user"], state.messages
+    await runs.close()

@@ -250,6 +250,29 @@ def _metric(text: str, name: str) -> float:
     return values[0] if values else -1.0
 
 
+async def _logged_data(cluster: Cluster, run_id: str) -> list[str]:
+    """The data of every entry of a run's event log, read straight from the backend."""
+    if cluster.backend == "postgres":
+        import asyncpg
+
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            rows = await conn.fetch(
+                f'SELECT data FROM "{cluster.prefix}_job_events" WHERE job_id = $1 ORDER BY seq', run_id
+            )
+        finally:
+            await conn.close()
+        return [bytes(row["data"]).decode() for row in rows]
+    import redis
+
+    raw = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        entries: list[Any] = raw.xrange(f"{cluster.prefix}:run:{run_id}") or []
+    finally:
+        raw.close()
+    return [fields["d"] for _, fields in entries]
+
+
 def _reply_text(data: str) -> str:
     """The text of a ``run_finished`` event's reply."""
     msg = json.loads(data)["msg"]
@@ -378,12 +401,12 @@ async def test_a_sigterm_drain_finishes_its_runs_and_loses_nothing(cluster: Clus
         assert sorted(rows) == sorted(run.run_id for run in seen) and all(done for _, done, _ in rows.values())
 
 
+@pytest.mark.parametrize("cluster", BACKENDS, indirect=True)
 async def test_a_paused_worker_cannot_write_after_its_job_was_taken_over(cluster: Cluster) -> None:
-    # Redis only: a PostgreSQL session lock cannot fence a paused holder's writes yet.
     import redis
 
     from agentrt.message import ToolResultBlock
-    from agentrt.state.stores.redis import RedisStateStore
+    from agentrt.state import store_from_url
 
     server = cluster.start(["serve", "failover_app:agent", "--workers", "0"])
     cluster.wait_ready()
@@ -405,11 +428,13 @@ async def test_a_paused_worker_cannot_write_after_its_job_was_taken_over(cluster
     final = seen.data[seen.types.index("run_finished")]
     assert "[interrupted]" in final, final
     assert raw.hget(f"{cluster.prefix}:started", "7") == "1", "the takeover did not run the tool again"
-    log_entries: list[Any] = raw.xrange(f"{cluster.prefix}:run:{seen.run_id}") or []
-    texts = [fields["d"] for _, fields in log_entries]
+    texts = await _logged_data(cluster, seen.run_id)
     assert not any(f"done by {cluster.procs[first].pid}" in t for t in texts), "the woken worker wrote an event"
-    assert len(log_entries) == len(seen.ids) + 1, "events after the end (the +1 is the end marker)"
-    store = RedisStateStore(REDIS_URL, prefix=cluster.prefix)
+    assert len(texts) == len(seen.ids) + 1, "events after the end (the +1 is the end marker)"
+    if cluster.backend == "postgres":
+        store = store_from_url(POSTGRES_URL, table_prefix=f"{cluster.prefix}_")
+    else:
+        store = store_from_url(REDIS_URL, prefix=cluster.prefix)
     try:
         state = await store.load("alice", "s7", agent="worker")
     finally:

@@ -204,6 +204,12 @@ class SessionRoutes:
         user_id, name, agent, session_id = await self._target(request, Scope.MESSAGES_WRITE)
         body = await self.server.parse_body(request, InterruptRequest, allow_empty=True)
         ctx = self.server.context_for(user_id, name, session_id)
+        jobs = self.server.jobs
+        if jobs is not None:  # durable runs: the run may be on any replica's worker
+            interrupted = await jobs.interrupt(name, user_id, session_id, body.message)
+            if not interrupted:
+                await self.server.ownership_check(user_id, name, session_id)
+            return json_response({"interrupted": interrupted})
         if not self.server.runs.is_running(self.server.session_address(user_id, name, session_id)):
             await self.server.ownership_check(user_id, name, session_id)
         return json_response({"interrupted": agent.interrupt(ctx, msg=body.message)})

@@ -7,8 +7,8 @@ task), with the pid of the process that ran it: the side effects the test assert
 Environment: FAILOVER_STORE_URL (the state store: Redis, or PostgreSQL with tables
 ``<FAILOVER_PREFIX>_...``), FAILOVER_RECORD_URL (the Redis of the tool's records; default: the
 store's URL), FAILOVER_PREFIX, FAILOVER_MODEL_S (model latency), FAILOVER_TOOL_S (tool duration),
-FAILOVER_LOCK_TTL (the Redis session lock's ttl: a dead holder's lock lasts that long; a PostgreSQL
-session lock ends with its holder's connection).
+FAILOVER_LOCK_TTL (the session lock's ttl: a paused holder keeps its lock that long; a killed
+holder's PostgreSQL lock ends with its connection at once).
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ if STORE_URL.startswith(("redis://", "rediss://")):
 else:
     # Every run in flight holds a session-lock connection; three replicas share the server's 100
     # connections with the job backends' pools: 6 gives each replica up to 18 lock connections.
-    store = store_from_url(STORE_URL, table_prefix=f"{PREFIX}_", pool_size=6)
+    # The lock is a lease (idle_session_timeout): a paused holder loses it after lock_ttl.
+    store = store_from_url(
+        STORE_URL, table_prefix=f"{PREFIX}_", pool_size=6, lock_ttl=float(os.environ.get("FAILOVER_LOCK_TTL", "2.0"))
+    )
 agent = ReActAgent(
     "worker",
     "You do tasks.",

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from agentrt import events as ev
@@ -58,10 +58,22 @@ logger = logging.getLogger("agentrt.server")
 
 
 class JobBackend(JobQueue, EventLog, Protocol):
-    """A shared backend that is both the job queue and the event log (`RedisJobs`)."""
+    """A shared backend that is both the job queue and the event log (`RedisJobs`, `PostgresJobs`)."""
 
     async def job(self, job_id: str) -> Job | None:
         """The job's record (None: unknown or expired)."""
+        ...
+
+    async def active_jobs(self, user_id: str) -> list[Job]:
+        """The user's jobs submitted and not yet completed (nor expired), oldest first."""
+        ...
+
+    async def publish_control(self, payload: bytes) -> None:
+        """Send `payload` to the `on_control` callbacks of every process (best effort, at most once)."""
+        ...
+
+    def on_control(self, callback: Callable[[bytes], None]) -> None:
+        """Call `callback` with each control payload published from now on, by any process."""
         ...
 
     async def close(self) -> None: ...
@@ -97,6 +109,8 @@ class DurableRuns:
     def start(self, agents: Mapping[str, AgentBase], encode: EventEncoder) -> None:
         """Start this process's workers (in the running event loop)."""
         loop = asyncio.get_running_loop()
+        if self.workers_wanted:
+            self.backend.on_control(self._on_control)
         for _ in range(self.workers_wanted):
             worker = JobWorker(agents, self.backend, self.backend, encode, concurrency=self.concurrency)
             self.workers.append(worker)
@@ -175,6 +189,44 @@ class DurableRuns:
                             str(error.get("error") or "the run failed"), error_type=str(error.get("error_type") or "")
                         )
                     raise JobRunError("the run ended without a reply")
+
+    async def interrupt(self, agent_name: str, user_id: str, session_id: str, message: str | None = None) -> bool:
+        """Interrupt the user's running run of the session, on whichever replica's worker runs it.
+
+        True when this process's worker was running it (and stopped it), or when the session has an
+        unfinished job elsewhere, whose worker gets the request through the backend's control
+        channel; a run still waiting in the queue is not affected. False: nothing to interrupt.
+        """
+        if any(w.interrupt(agent_name, user_id, session_id, message) for w in self.workers):
+            return True
+        jobs = await self.backend.active_jobs(user_id)
+        if not any((j.agent, j.session_id) == (agent_name, session_id) for j in jobs):
+            return False
+        from agentrt import _json
+
+        request = {"op": "interrupt", "agent": agent_name, "user_id": user_id, "session_id": session_id}
+        if message is not None:
+            request["message"] = message
+        await self.backend.publish_control(_json.dumps_bytes(request))
+        return True
+
+    def _on_control(self, payload: bytes) -> None:
+        """A control request from any replica: act on it if one of this process's workers runs the session."""
+        from agentrt import _json
+
+        try:
+            request = _json.loads(payload)
+            if request.get("op") != "interrupt":
+                return
+            agent, user, session = str(request["agent"]), str(request["user_id"]), str(request["session_id"])
+            message = request.get("message")
+        except Exception:  # another version's message, or garbage on the channel: not ours to act on
+            logger.warning("ignored a malformed job control message")
+            return
+        for worker in self.workers:
+            if worker.interrupt(agent, user, session, message if isinstance(message, str) else None):
+                logger.info("interrupted the run of a session at another replica's request")
+                return
 
     async def depth(self) -> int:
         """Jobs waiting or running in the whole deployment."""

@@ -55,6 +55,10 @@ _MIN_PAUSE = 0.02
 """Shortest wait between two claim attempts (a claimable row locked by someone else is skipped)."""
 
 
+_MAX_CONTROL = 7000
+"""Bytes of one control message (PostgreSQL's NOTIFY payload holds under 8,000)."""
+
+
 def _lock_key(*parts: str) -> int:
     """A signed 64-bit advisory-lock key for a lock name made of `parts`."""
     digest = hashlib.sha256("\x00".join(("agentrt-jobs", *parts)).encode()).digest()
@@ -135,12 +139,15 @@ class PostgresJobs:
         self.events_table = f'"{prefix}_job_events"'
         self._jobs_channel = f"{prefix}_jobs"
         self._events_channel = f"{prefix}_events"
+        self._control_channel = f"{prefix}_control"
         self._app_name = f"agentrt-jobs {prefix}"[:63]
         self._pool: Any = None
         self._init_lock = asyncio.Lock()
         self._closed = False
         self._next_purge = 0.0
-        self._notes = _Notifications(self._listen_connection, self._events_channel, self._jobs_channel)
+        self._notes = _Notifications(
+            self._listen_connection, self._events_channel, self._jobs_channel, self._control_channel
+        )
         self._sql = _Statements(self.jobs_table, self.events_table)
 
     def __repr__(self) -> str:
@@ -215,6 +222,22 @@ class PostgresJobs:
         """The user's jobs submitted and not yet completed (nor expired)."""
         pool = await self._ready()
         return int(await pool.fetchval(self._sql.active, user_id))
+
+    async def active_jobs(self, user_id: str) -> list[Job]:
+        """The user's jobs submitted and not yet completed (nor expired), oldest first."""
+        pool = await self._ready()
+        return [Job.from_dict(_json.loads(row["payload"])) for row in await pool.fetch(self._sql.active_jobs, user_id)]
+
+    async def publish_control(self, payload: bytes) -> None:
+        """Send `payload` (at most 7,000 bytes) to the control callbacks of every process (NOTIFY)."""
+        if len(payload) > _MAX_CONTROL:
+            raise InvalidValueError(f"a control message holds at most {_MAX_CONTROL} bytes, not {len(payload)}")
+        pool = await self._ready()
+        await pool.execute("SELECT pg_notify($1, $2)", self._control_channel, payload.decode())
+
+    def on_control(self, callback: Callable[[bytes], None]) -> None:
+        """Call `callback` with each control payload any process publishes (from now on; starts listening)."""
+        self._notes.on_control(callback)
 
     async def claim(self, worker: str, *, block: float) -> Lease | None:
         """Take over an expired lease, else the oldest new job; waits up to `block` s for one (NOTIFY)."""
@@ -348,6 +371,9 @@ class _Statements:
             " SELECT pg_notify($7, '') FROM added"
         )
         self.active = f"SELECT count(*) FROM {jobs} WHERE user_id = $1 AND NOT done AND {live}"
+        self.active_jobs = (
+            f"SELECT payload FROM {jobs} WHERE user_id = $1 AND NOT done AND {live} ORDER BY submitted_at LIMIT 1000"
+        )
         self.depth = f"SELECT count(*) FROM {jobs} WHERE NOT done AND {live}"
         # Expired leases first (oldest first: a hand-back looks expired since 1970), then new jobs
         # in submission order. `fresh` is only looked at when `stale` found nothing.
@@ -445,10 +471,14 @@ class _Notifications:
     connection. When the connection drops, every waiter wakes and reads again, and it reconnects.
     """
 
-    def __init__(self, connect: Callable[[], Awaitable[Any]], events_channel: str, jobs_channel: str) -> None:
+    def __init__(
+        self, connect: Callable[[], Awaitable[Any]], events_channel: str, jobs_channel: str, control_channel: str
+    ) -> None:
         self._connect = connect
         self._events_channel = events_channel
         self._jobs_channel = jobs_channel
+        self._control_channel = control_channel
+        self._control: list[Callable[[bytes], None]] = []
         self._events: dict[str, list[asyncio.Future[bool]]] = {}
         self._jobs: list[asyncio.Future[bool]] = []
         self._task: asyncio.Task[None] | None = None
@@ -464,6 +494,10 @@ class _Notifications:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._jobs.append(future)
         return future
+
+    def on_control(self, callback: Callable[[bytes], None]) -> None:
+        self._control.append(callback)
+        self._start()
 
     def forget_job(self, future: asyncio.Future[bool]) -> None:
         with contextlib.suppress(ValueError):
@@ -493,7 +527,13 @@ class _Notifications:
                     del self._events[job_id]
 
     def _on_notify(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
-        if channel == self._jobs_channel:
+        if channel == self._control_channel:
+            for callback in list(self._control):
+                try:
+                    callback(payload.encode())
+                except Exception:
+                    logger.exception("a job control callback failed")
+        elif channel == self._jobs_channel:
             for future in self._jobs:
                 _settle(future, True)
         else:
@@ -517,6 +557,7 @@ class _Notifications:
                 conn.add_termination_listener(functools.partial(_lost, lost))
                 await conn.add_listener(self._events_channel, self._on_notify)
                 await conn.add_listener(self._jobs_channel, self._on_notify)
+                await conn.add_listener(self._control_channel, self._on_notify)
                 self.connected = True
                 pause = 0.5
                 self._wake_all()  # (re)connected: anything may have been missed meanwhile

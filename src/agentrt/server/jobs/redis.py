@@ -172,7 +172,8 @@ class RedisJobs:
         self._release = client_.register_script(_RELEASE)
         self._append = client_.register_script(_APPEND)
         self._channel = f"{prefix}:events"
-        self._tail = _Tail(client_, self._channel)
+        self._control_channel = f"{prefix}:control"
+        self._tail = _Tail(client_, self._channel, self._control_channel)
 
     def _job_key(self, job_id: str) -> str:
         return f"{self.prefix}:job:{job_id}"
@@ -286,6 +287,26 @@ class RedisJobs:
         await self._ensure_group()
         return int(await self._client.xlen(self._stream))
 
+    async def active_jobs(self, user_id: str) -> list[Job]:
+        """The user's jobs submitted and not yet completed (nor expired), oldest first."""
+        ids: Any = await self._client.zrange(self._user_key(user_id), 0, 999)  # an expired job's record is gone
+        if not ids:
+            return []
+        async with self._client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(self._job_key(_text(job_id)), "payload")
+            payloads: list[Any] = await pipe.execute()
+        jobs = [Job.from_dict(_json.loads(raw)) for raw in payloads if raw is not None]
+        return sorted(jobs, key=lambda job: job.submitted_at)
+
+    async def publish_control(self, payload: bytes) -> None:
+        """Send `payload` to the control callbacks of every process (PUBLISH; at most once, best effort)."""
+        await self._client.publish(self._control_channel, payload)
+
+    def on_control(self, callback: Callable[[bytes], None]) -> None:
+        """Call `callback` with each control payload any process publishes (from now on; starts listening)."""
+        self._tail.on_control(callback)
+
     async def job(self, job_id: str) -> Job | None:
         """The job's record (None: unknown or expired)."""
         raw = await self._client.hget(self._job_key(job_id), "payload")
@@ -341,21 +362,30 @@ class _Tail:
     hold one Redis connection between them (the subscription), and nothing polls.
     """
 
-    __slots__ = ("_channel", "_client", "_task", "_waiters")
+    __slots__ = ("_channel", "_client", "_control", "_control_channel", "_task", "_waiters")
 
-    def __init__(self, client: Redis, channel: str) -> None:
+    def __init__(self, client: Redis, channel: str, control_channel: str) -> None:
         self._client = client
         self._channel = channel
+        self._control_channel = control_channel
         self._waiters: dict[str, list[asyncio.Future[bool]]] = {}
+        self._control: list[Callable[[bytes], None]] = []
         self._task: asyncio.Task[None] | None = None
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._listen(), name="agentrt-run-events")
+
+    def on_control(self, callback: Callable[[bytes], None]) -> None:
+        self._control.append(callback)
+        self._start()
 
     async def wait(
         self, job_id: str, timeout: float, read: Callable[[], Awaitable[list[LoggedFrame]]]
     ) -> list[LoggedFrame]:
         """`read()` once registered, and again after each notification for `job_id`, until it finds frames."""
         loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._listen(), name="agentrt-run-events")
+        self._start()
         deadline = loop.time() + timeout
         while True:
             future: asyncio.Future[bool] = loop.create_future()
@@ -380,13 +410,16 @@ class _Tail:
         while True:
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self._channel)
+                await pubsub.subscribe(self._channel, self._control_channel)
                 for waiting in list(self._waiters.values()):  # (re)subscribed: anything may be new
                     for future in waiting:
                         _settle(future, True)
                 while True:
                     message: Any = await pubsub.get_message(timeout=_MAX_BLOCK)
                     if message is None or message.get("type") != "message":
+                        continue
+                    if _text(message["channel"]) == self._control_channel:
+                        self._dispatch(bytes(message["data"]))
                         continue
                     for future in self._waiters.get(_text(message["data"]), ()):
                         _settle(future, True)
@@ -398,6 +431,13 @@ class _Tail:
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+
+    def _dispatch(self, payload: bytes) -> None:
+        for callback in list(self._control):
+            try:
+                callback(payload)
+            except Exception:
+                logger.exception("a job control callback failed")
 
     async def stop(self) -> None:
         task, self._task = self._task, None

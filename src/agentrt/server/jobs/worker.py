@@ -155,6 +155,18 @@ class JobWorker:
             task = asyncio.get_running_loop().create_task(self._guarded(lease), name=f"agentrt-job {lease.job.id}")
             self._running[task] = lease
 
+    def interrupt(self, agent: str, user_id: str, session_id: str, message: str | None = None) -> bool:
+        """Interrupt this worker's run of the session (served as `agent`); True if one was running here."""
+        for lease in list(self._running.values()):
+            job = lease.job
+            if (job.agent, job.user_id, job.session_id) == (agent, user_id, session_id):
+                target = self.agents.get(agent)
+                if target is not None and target.interrupt(
+                    RuntimeContext(user_id=user_id, session_id=session_id), msg=message
+                ):
+                    return True
+        return False
+
     async def drain(self, grace: float) -> None:
         """Stop claiming; wait up to `grace` s for the running jobs, then hand the rest back."""
         self.claiming = False
