@@ -59,7 +59,7 @@ async def test_the_worker_command_runs_jobs_and_drains_on_sigterm(
     from agentrt.cli.worker import _work
 
     task = asyncio.get_running_loop().create_task(
-        _work(f"{agents_module}:agent", redis_url, prefix, None, 1, 2, 5.0, 2.0)
+        _work(f"{agents_module}:agent", redis_url, prefix, None, 1, 2, 5.0, 2.0, 3600.0)
     )
     runs = DurableRuns(RedisJobs(redis_url, prefix=prefix), workers=0)
     try:
@@ -86,12 +86,12 @@ def test_serve_with_jobs_builds_durable_runs(
     monkeypatch.setattr("agentrt.server._serve.run_server", fake_run_server)
     monkeypatch.setenv("AGENTRT_API_KEYS", "k=alice")
     args = ["serve", f"{agents_module}:agent", "--jobs", redis_url, "--jobs-prefix", prefix]
-    args += ["--workers", "2", "--concurrency", "3", "--lease", "4", "--max-runs-per-user", "5"]
+    args += ["--workers", "2", "--concurrency", "3", "--lease", "4", "--max-runs-per-user", "5", "--log-ttl", "60"]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
     jobs = seen["app"].state.agentrt.jobs
     assert isinstance(jobs, DurableRuns)
     assert (jobs.workers_wanted, jobs.concurrency, jobs.max_runs_per_user) == (2, 3, 5)
     assert isinstance(jobs.backend, RedisJobs)
-    assert jobs.backend.prefix == prefix and jobs.backend.lease_seconds == 4
+    assert jobs.backend.prefix == prefix and jobs.backend.lease_seconds == 4 and jobs.backend.log_ttl == 60
     assert jobs in seen["options"]["close"], "the backend is closed with the server"

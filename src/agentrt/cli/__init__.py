@@ -145,6 +145,14 @@ def build_app() -> "typer.Typer":
         lease: Annotated[
             float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
         ] = 10.0,
+        log_ttl: Annotated[
+            float,
+            typer.Option(
+                min=1.0,
+                help="Seconds a run's job and event log are kept after their last write (with --jobs).",
+                envvar="AGENTRT_JOBS_LOG_TTL",
+            ),
+        ] = 24 * 3600.0,
         max_runs_per_user: Annotated[
             int,
             typer.Option(
@@ -189,7 +197,7 @@ def build_app() -> "typer.Typer":
                 from agentrt.server.jobs import DurableRuns
                 from agentrt.server.jobs.factory import jobs_from_url
 
-                backend = jobs_from_url(jobs, prefix=jobs_prefix, lease_seconds=lease)
+                backend = jobs_from_url(jobs, prefix=jobs_prefix, lease_seconds=lease, log_ttl=log_ttl)
                 durable = DurableRuns(
                     backend, workers=workers, concurrency=concurrency, max_runs_per_user=max_runs_per_user
                 )

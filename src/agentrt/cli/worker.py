@@ -35,6 +35,14 @@ def build_worker_command() -> Callable[..., None]:
         lease: Annotated[
             float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
         ] = 10.0,
+        log_ttl: Annotated[
+            float,
+            typer.Option(
+                min=1.0,
+                help="Seconds a run's job and event log are kept after their last write (with --jobs).",
+                envvar="AGENTRT_JOBS_LOG_TTL",
+            ),
+        ] = 24 * 3600.0,
         grace: Annotated[
             float, typer.Option(min=0.0, help="Seconds to finish running jobs on SIGTERM before handing them back.")
         ] = 10.0,
@@ -47,7 +55,7 @@ def build_worker_command() -> Callable[..., None]:
         from agentrt.errors import AgentrtError
 
         try:
-            asyncio.run(_work(target, jobs, jobs_prefix, store, workers, concurrency, lease, grace))
+            asyncio.run(_work(target, jobs, jobs_prefix, store, workers, concurrency, lease, grace, log_ttl))
         except AgentrtError as exc:
             Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
             raise typer.Exit(1) from None
@@ -64,6 +72,7 @@ async def _work(
     concurrency: int,
     lease: float,
     grace: float,
+    log_ttl: float,
 ) -> None:
     import asyncio
     import logging
@@ -83,7 +92,7 @@ async def _work(
         for agent in agents.values():
             if not agent.has_own_store:
                 agent.state_store = state_store
-    backend = jobs_from_url(url, prefix=prefix, lease_seconds=lease)
+    backend = jobs_from_url(url, prefix=prefix, lease_seconds=lease, log_ttl=log_ttl)
     runs = DurableRuns(backend, workers=workers, concurrency=concurrency)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

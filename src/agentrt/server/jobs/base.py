@@ -21,6 +21,7 @@ from agentrt.errors import AgentrtError, FencedError, RunLimitError
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_LOG_TTL",
     "END_EVENT",
     "EventLog",
     "FencedError",
@@ -34,6 +35,9 @@ __all__ = [
 
 DEFAULT_LEASE_SECONDS = 10.0
 """How long a worker that stopped heartbeating keeps a job before another may claim it."""
+
+DEFAULT_LOG_TTL = 24 * 3600.0
+"""Seconds a job and its event log are kept after their last write."""
 
 END_EVENT = "agentrt_run_end"
 """The event type of the last entry of a run's event log (never sent to clients)."""

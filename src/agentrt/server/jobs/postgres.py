@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from agentrt import _json
 from agentrt.errors import InvalidValueError, RunLimitError, StateStoreError, UserError
-from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, FencedError, Job, Lease, LoggedFrame
+from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, DEFAULT_LOG_TTL, FencedError, Job, Lease, LoggedFrame
 
 __all__ = ["PostgresJobs"]
 
@@ -112,7 +112,7 @@ class PostgresJobs:
         *,
         prefix: str = "agentrt",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        log_ttl: float = 24 * 3600.0,
+        log_ttl: float = DEFAULT_LOG_TTL,
         max_size: int = 5,
         purge_interval: float = 60.0,
     ) -> None:

@@ -27,7 +27,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import _json
-from agentrt.server.jobs.base import DEFAULT_LEASE_SECONDS, FencedError, Job, Lease, LoggedFrame, RunLimitError
+from agentrt.server.jobs.base import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_LOG_TTL,
+    FencedError,
+    Job,
+    Lease,
+    LoggedFrame,
+    RunLimitError,
+)
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -139,7 +147,7 @@ class RedisJobs:
         *,
         prefix: str = "agentrt",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        log_ttl: float = 24 * 3600.0,
+        log_ttl: float = DEFAULT_LOG_TTL,
         client: Redis | None = None,
         max_connections: int = 200,
     ) -> None:
