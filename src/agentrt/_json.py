@@ -62,7 +62,9 @@ if _orjson is not None:
 
     # Dataclasses and dates go to `jsonable` (to_dict(), str()) instead of orjson's own encoding, so
     # the output is that of ``dumps_bytes(jsonable(value))`` while orjson walks plain containers in C.
-    _WALK_OPTS = _orjson.OPT_NON_STR_KEYS | _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+    # Without OPT_NON_STR_KEYS: orjson writes a key True as "true" where `jsonable` writes str(True),
+    # so a dict with a key that is not a string takes the `jsonable` route instead (the same output).
+    _WALK_OPTS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
 
     def dumps_jsonable_bytes(value: Any) -> bytes:
         """``dumps_bytes(jsonable(value))`` without walking `value` in Python first."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import math
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from os import urandom as _urandom
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, cast
 
 from agentrt import _json
@@ -45,12 +45,19 @@ _RESULT_STATES = frozenset(("success", "error", "denied", "interrupted"))
 
 
 def new_id() -> str:
-    """A fresh random id (32 hex characters)."""
-    return uuid.uuid4().hex
+    """A fresh random id (32 hex characters): the hex form of a random (version 4) UUID.
+
+    Made from the random bytes directly: ``uuid.uuid4().hex`` builds a `UUID` object first, at
+    three times the cost, and a run makes several ids.
+    """
+    raw = bytearray(_urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def _new_call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + new_id()[:24]
 
 
 class GenerateReason(enum.StrEnum):

@@ -476,8 +476,9 @@ def test_a_mutated_token_never_authenticates_and_never_fails_otherwise(harness: 
             "malformed Authorization header: expected 'Bearer <token>'",
         )
     else:
-        # Only the same token can pass: PyJWT accepts '=' padding after the signature (the same bytes).
-        assert same_token(original, token), token
+        # Only the same token can pass: PyJWT accepts '=' padding after the signature (the same bytes),
+        # and the header's whitespace around the credentials is not part of them (RFC 6750: 1*SP).
+        assert same_token(original, token.strip()), token
         assert principal.user_id == ("alice" if original == harness.rsa_token else "bob")
     assert harness.auth.fetches == 1  # no token, however mangled, made the server fetch keys
 

@@ -142,6 +142,20 @@ def test_block_round_trip(block: Any) -> None:
     assert block.to_dict()["type"] == block.type
 
 
+def test_new_ids_are_random_version_4_uuids_in_hex() -> None:
+    import uuid
+
+    from agentrt.message import _new_call_id, new_id
+
+    ids = {new_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for value in list(ids)[:50]:
+        assert len(value) == 32 and uuid.UUID(value).hex == value
+        assert uuid.UUID(value).version == 4 and uuid.UUID(value).variant == uuid.RFC_4122
+    call_id = _new_call_id()
+    assert call_id.startswith("call_") and len(call_id) == 29
+
+
 def test_to_json_is_valid_json_with_expected_shape() -> None:
     msg = Msg(
         role="assistant",

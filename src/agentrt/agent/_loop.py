@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,46 +132,101 @@ class _Listener:
 # --------------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------------
-async def run_call(agent: ReActAgent, run: Run) -> Msg:
-    """One agent call: middleware `on_call` chain around the loop."""
+def run_call(agent: ReActAgent, run: Run) -> Awaitable[Msg]:
+    """One agent call: middleware `on_call` chain around the loop.
+
+    Returns the awaitable rather than awaiting it: every coroutine frame of the await chain stays
+    alive (and GC-tracked) for the whole call, so the chain holds no frame that only forwards.
+    """
     chains = _chains(agent)
     if not chains.call:
-        return await _call_core(agent, run)
+        return _call_core(agent, run)
     core: Callable[[], Awaitable[Msg]] = functools.partial(_call_core, agent, run)
     for mw in reversed(chains.call):
         core = functools.partial(mw.on_call, run, core)
-    return await core()
+    return core()
 
 
 async def _call_core(agent: ReActAgent, run: Run) -> Msg:
+    """The call: store the input, then reason and act until an answer or a pause.
+
+    The loop runs in this frame rather than in a coroutine of its own: a call in flight holds one
+    GC-tracked frame per level of its await chain for as long as it waits for the model.
+    """
     try:
-        return await _call_body(agent, run)
+        system, paused = await _begin(agent, run)
+        if paused is not None:
+            return paused
+        nudged = False
+        extra: Sequence[Msg] = ()
+        spec: OutputSpec | None = run.output
+        failures = 0
+        while True:
+            if run.step >= agent.max_iters:
+                return await _wrap_up(agent, run, system)
+            if run.interrupt_requested:
+                raise _Interrupt
+            check_before_request(run)
+            run.step += 1
+            reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, None)))
+            extra = ()
+            if spec is not None and (not _calls_tools(reply) or spec.mode == "tool") and not _is_empty(reply):
+                outcome = await _structured(agent, run, spec, reply, reply.tool_calls)
+                if isinstance(outcome, Msg):
+                    return outcome
+                if outcome is not None:
+                    failures = _output_failed(agent, failures + 1, outcome)
+                    continue
+            if not _calls_tools(reply):
+                if not _is_empty(reply):
+                    return await _answer(run, reply)
+                extra = _nudge(agent, nudged)
+                nudged = True
+                continue
+            paused = await _act(agent, run, reply)
+            if paused is not None:
+                return paused
     except UsageLimitExceeded as exc:
         # Nothing is lost: what the call did is saved, calls it did not run are closed, then the caller hears.
         await asyncio.shield(_save_on_limit(run, exc))
         raise
     except (asyncio.CancelledError, _Interrupt):
         # Also covers an interrupt that lands while the state is still loading.
-        task = run.task
         if not run.interrupt_requested:
             # Cancelled from outside (a closed stream, a timeout): save what we have, then stop.
             await asyncio.shield(_save_on_cancel(run))
             raise
-        if task is not None:
-            while task.cancelling():
-                task.uncancel()
         return await _finish_interrupted(agent, run)
 
 
 _QUIET = GenerateOptions(incremental=False)
 
 
+_quiet_cache: dict[int, tuple[GenerateOptions, GenerateOptions]] = {}
+
+
 def _quiet_options(options: GenerateOptions) -> GenerateOptions:
-    """`options` for a call nobody streams: models in automatic mode may answer it whole (cheaper)."""
-    return options if options.incremental is not None else options.merge(_QUIET)
+    """`options` for a call nobody streams: models in automatic mode may answer it whole (cheaper).
+
+    Made once per options object (an agent's options live as long as the agent), not once per call.
+    """
+    if options.incremental is not None:
+        return options
+    hit = _quiet_cache.get(id(options))
+    if hit is not None and hit[0] is options:  # the entry holds `options`, so its id cannot be reused
+        return hit[1]
+    quiet = options.merge(_QUIET)
+    if len(_quiet_cache) >= 64:
+        _quiet_cache.clear()
+    _quiet_cache[id(options)] = (options, quiet)
+    return quiet
 
 
-async def _call_body(agent: ReActAgent, run: Run) -> Msg:
+async def _begin(agent: ReActAgent, run: Run) -> tuple[Msg | None, Msg | None]:
+    """Load the session and store the input: ``(system message, pause reply of a resume that paused again)``.
+
+    Awaited to its end before the loop starts, so its frame is not part of the loop's await chain.
+    """
     run.options = agent.options if run.streaming else _quiet_options(agent.options)
     _check_cost_limit(agent, run)
     spec = None
@@ -182,12 +237,38 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
     await run.load(context=True)  # the summarised messages stay unread (see Run.load)
     if agent._knowledge is not None:
         run.knowledge = _knowledge.TurnKnowledge()
+    resuming = run.state.pending is not None and bool(run.state.pending.calls)
+    if not resuming:
+        _refuse_stray_answers(run)
+        _turns.check_input(run.input)
+        await _repair_dangling(agent, run)
+        _add_input(run)
+        await run.checkpoint()
+    system = await _full_system_message(agent, run, spec)
+    if run.interrupt_requested:
+        raise _Interrupt
+    if resuming:
+        executor = _executor(agent, run)
+        return system, await _hitl.resume(agent, run, executor, _runner(agent, run, executor), _on_result(run))
+    return system, None
+
+
+def _executor(agent: ReActAgent, run: Run) -> ToolExecutor:
+    """The call's tool executor, made when the call first needs it (a call that runs no tool makes none).
+
+    It takes its snapshot of the tools and the session's active groups then; group changes made
+    before (`_apply_groups`) are in the state it reads.
+    """
+    executor: ToolExecutor | None = run.executor
+    if executor is not None:
+        return executor
     tools = agent.toolkit.tools
     if agent._session_tools:
         tools = {**tools, **agent._session_tools}
     tools = agent._skills.tools(tools)  # + load_skill when the agent has skills
     groups = run.state.active_groups
     active = frozenset(groups) if groups is not None else agent.toolkit.default_active_groups()
+    meter = RunMeter(run)
     executor = run.executor = ToolExecutor(
         tools,
         run.ctx,
@@ -197,25 +278,11 @@ async def _call_body(agent: ReActAgent, run: Run) -> Msg:
         reply_id=run.reply_id,
         session_id=run.session_id,
         source=agent.name,
-        add_usage=functools.partial(record_tokens, run),  # tokens a tool reports spending
-        meter=RunMeter(run),  # model calls a tool makes for the run (MCP sampling): reserved, priced
+        add_usage=meter,  # tokens a tool reports spending
+        meter=meter,  # model calls a tool makes for the run (MCP sampling): reserved, priced
         ask=_questions.asker(run),
     )
-    resuming = run.state.pending is not None and bool(run.state.pending.calls)
-    if not resuming:
-        _refuse_stray_answers(run)
-        _turns.check_input(run.input)
-        await _repair_dangling(agent, run, executor)
-        _add_input(run)
-        await run.checkpoint()
-    system = await _full_system_message(agent, run, spec)
-    if run.interrupt_requested:
-        raise _Interrupt
-    if resuming:
-        paused = await _hitl.resume(agent, run, executor, _runner(agent, run, executor), _on_result(run))
-        if paused is not None:
-            return paused
-    return await _loop(agent, run, system, executor)
+    return executor
 
 
 def _add_input(run: Run) -> None:
@@ -294,12 +361,12 @@ def _answer_id(raw: Any) -> str:
     return str(call_id)[:200] if call_id is not None else "?"
 
 
-async def _repair_dangling(agent: ReActAgent, run: Run, executor: ToolExecutor) -> None:
+async def _repair_dangling(agent: ReActAgent, run: Run) -> None:
     """Give the calls a dead run left without results their results (see `_hitl.recover`)."""
     turn = _turns.open_turn(run.state.messages)
     if turn is not None:
         last, missing = turn
-        results = await _hitl.recover(agent, run, executor, last.id, missing)
+        results = await _hitl.recover(agent, run, _executor(agent, run), last.id, missing)
         run.add_messages(Msg(role="user", content=list(results)))
     _turns.without_in_flight(run)
     pending = run.state.pending
@@ -353,60 +420,47 @@ async def _with_memories(agent: ReActAgent, run: Run, system: Msg | None) -> Msg
 
 
 # --------------------------------------------------------------------------------------------------
-# the loop
+# the loop's steps (the loop itself is in `_call_core`)
 # --------------------------------------------------------------------------------------------------
-async def _loop(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
-    nudged = False
-    extra: list[Msg] = []
-    spec: OutputSpec | None = run.output
-    failures = 0
-    while True:
-        if run.step >= agent.max_iters:
-            return await _wrap_up(agent, run, system, executor)
-        if run.interrupt_requested:
-            raise _Interrupt
-        check_before_request(run)
-        run.step += 1
-        reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, None)))
-        calls = reply.tool_calls
-        if spec is not None and (not calls or spec.mode == "tool") and not _is_empty(reply):
-            outcome = await _structured(agent, run, spec, reply, calls)
-            if isinstance(outcome, Msg):
-                return outcome
-            if outcome is not None:
-                failures += 1
-                if failures > agent.output_retries:
-                    raise StructuredOutputError(
-                        f"model {agent.model.id!r} gave no valid structured output after {failures} attempt(s): "
-                        f"{outcome}"
-                    )
-                extra = []
-                continue
-        if not calls:
-            if _is_empty(reply):
-                if nudged:
-                    raise ModelBehaviorError(
-                        f"model {agent.model.id!r} returned an empty reply twice (after a nudge); the input is "
-                        "saved in the session, so the call can be retried"
-                    )
-                nudged = True
-                extra = [Msg.user(NUDGE)]
-                continue
-            final = _knowledge.cite(
-                run,
-                reply.replace(id=run.reply_id, usage=run.usage, metadata={**reply.metadata, **usage_metadata(run)}),
-            )
-            run.add_messages(final)
-            await run.checkpoint()
-            return final
-        extra = []
-        # Recorded with the reply: only calls this session's model made may ever run after a crash.
-        _turns.set_in_flight(run, reply.id, [c.id for c in calls])
-        run.add_messages(reply)
-        await run.checkpoint()
-        paused = await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
-        if paused is not None:
-            return paused
+def _output_failed(agent: ReActAgent, failures: int, errors: str) -> int:
+    """`failures` invalid structured answers so far; `StructuredOutputError` past the agent's retries."""
+    if failures > agent.output_retries:
+        raise StructuredOutputError(
+            f"model {agent.model.id!r} gave no valid structured output after {failures} attempt(s): {errors}"
+        )
+    return failures
+
+
+def _nudge(agent: ReActAgent, nudged: bool) -> tuple[Msg]:
+    """The extra prompt after an empty reply; `ModelBehaviorError` for a second one."""
+    if nudged:
+        raise ModelBehaviorError(
+            f"model {agent.model.id!r} returned an empty reply twice (after a nudge); the input is saved in the "
+            "session, so the call can be retried"
+        )
+    return (Msg.user(NUDGE),)
+
+
+async def _answer(run: Run, reply: Msg) -> Msg:
+    """The call's answer: `reply` with the call's id, usage and citations, saved."""
+    final = _knowledge.cite(
+        run,
+        reply.replace(id=run.reply_id, usage=run.usage, metadata={**reply.metadata, **usage_metadata(run)}),
+    )
+    run.add_messages(final)
+    await run.checkpoint()
+    return final
+
+
+async def _act(agent: ReActAgent, run: Run, reply: Msg) -> Msg | None:
+    """Save `reply` and run its tool calls (a pause reply if some must wait for the user or the caller)."""
+    executor = _executor(agent, run)
+    calls = reply.tool_calls
+    # Recorded with the reply: only calls this session's model made may ever run after a crash.
+    _turns.set_in_flight(run, reply.id, [c.id for c in calls])
+    run.add_messages(reply)
+    await run.checkpoint()
+    return await _hitl.act(agent, run, reply, calls, executor, _runner(agent, run, executor), _on_result(run))
 
 
 def _spent(run: Run, reply: Msg) -> Msg:
@@ -427,7 +481,7 @@ def _distinct_calls(run: Run, reply: Msg) -> Msg:
     """`reply` with call ids unique in the session, before anything reads its calls (see `_turns.unique_call_ids`)."""
     if not reply.tool_calls:
         return reply
-    return _turns.unique_call_ids(reply, run.state.call_ids.of(run.state.messages))
+    return _turns.unique_call_ids(reply, run.state.tool_call_ids())
 
 
 async def _structured(
@@ -499,6 +553,11 @@ def _structured_reply(agent: ReActAgent, run: Run, value: Any, reply: Msg | None
     return Msg(role="assistant", content=content, name=agent.name, id=run.reply_id, usage=run.usage, metadata=metadata)
 
 
+def _calls_tools(msg: Msg) -> bool:
+    """Whether `msg` holds a tool call (`Msg.tool_calls` without building the list)."""
+    return any(type(block) is ToolUseBlock for block in msg.content)
+
+
 def _is_empty(msg: Msg) -> bool:
     """No answer text and no tool call (thinking alone does not count)."""
     for block in msg.content:
@@ -510,14 +569,14 @@ def _is_empty(msg: Msg) -> bool:
     return True
 
 
-async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: ToolExecutor) -> Msg:
+async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None) -> Msg:
     extra = [Msg.user(MAX_ITERS_PROMPT.format(n=agent.max_iters))]
     spec: OutputSpec | None = run.output
     choice = _NONE_CHOICE
     if spec is not None and spec.mode == "tool":
         choice = GenerateOptions(tool_choice={"name": GENERATE_RESPONSE})
     check_before_request(run)
-    reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, executor, choice)))
+    reply = _spent(run, _distinct_calls(run, await _reasoning(agent, run, system, extra, choice)))
     if spec is not None:
         outcome = await _structured(agent, run, spec, reply, reply.tool_calls)
         if isinstance(outcome, Msg):
@@ -538,7 +597,7 @@ async def _wrap_up(agent: ReActAgent, run: Run, system: Msg | None, executor: To
 # --------------------------------------------------------------------------------------------------
 # reasoning: prompt → model → assistant message
 # --------------------------------------------------------------------------------------------------
-def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
+def _prompt(run: Run, system: Msg | None, extra: Sequence[Msg]) -> list[Msg]:
     state = run.state
     history = state.messages
     if state.summary and state.summary_index:
@@ -549,7 +608,7 @@ def _prompt(run: Run, system: Msg | None, extra: list[Msg]) -> list[Msg]:
     return prompt
 
 
-def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSchema]:
+def _schemas(agent: ReActAgent, run: Run) -> list[ToolSchema]:
     groups = run.state.active_groups
     schemas = agent.toolkit.schemas(None if groups is None else groups)
     if agent._session_tools:
@@ -561,38 +620,35 @@ def _schemas(agent: ReActAgent, executor: ToolExecutor, run: Run) -> list[ToolSc
     return schemas
 
 
-async def _reasoning(
+def _reasoning(
     agent: ReActAgent,
     run: Run,
     system: Msg | None,
-    extra: list[Msg],
-    executor: ToolExecutor,
+    extra: Sequence[Msg],
     override: GenerateOptions | None,
-) -> Msg:
+) -> Awaitable[Msg]:
+    """One reasoning step (returned to be awaited: no frame of its own in the await chain)."""
     chains = _chains(agent)
     if agent._context is not None:
-        return await _reasoning_managed(agent, agent._context, run, system, extra, executor, override, chains)
+        return _reasoning_managed(agent, agent._context, run, system, extra, override, chains)
     if not chains.reasoning and not chains.model_call:
         options = run.options.merge(override)
-        return await _model_call(
-            agent, run, ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
-        )
-    return await _reasoning_with_middleware(agent, run, system, extra, executor, override, chains)
+        return _model_call(agent, run, _prompt(run, system, extra), _schemas(agent, run), options)
+    return _reasoning_with_middleware(agent, run, system, extra, override, chains)
 
 
 async def _reasoning_with_middleware(
     agent: ReActAgent,
     run: Run,
     system: Msg | None,
-    extra: list[Msg],
-    executor: ToolExecutor,
+    extra: Sequence[Msg],
     override: GenerateOptions | None,
     chains: Chains,
 ) -> Msg:
     # Kept apart from `_reasoning` so the closure's cell variables cost nothing without middleware.
     async def core() -> Msg:
         options = run.options.merge(override)
-        request = ModelRequest(_prompt(run, system, extra), _schemas(agent, executor, run), options)
+        request = ModelRequest(_prompt(run, system, extra), _schemas(agent, run), options)
         return await _model_handler(agent, run, chains)(request)
 
     return await _in_reasoning_mw(run, chains, core)
@@ -600,7 +656,11 @@ async def _reasoning_with_middleware(
 
 def _model_handler(agent: ReActAgent, run: Run, chains: Chains) -> Callable[[ModelRequest], Awaitable[Msg]]:
     """`_model_call` wrapped in the middlewares' `on_model_call` hooks."""
-    handler: Callable[[ModelRequest], Awaitable[Msg]] = functools.partial(_model_call, agent, run)
+
+    def call(request: ModelRequest) -> Awaitable[Msg]:
+        return _model_call(agent, run, request.messages, request.tools, request.options)
+
+    handler: Callable[[ModelRequest], Awaitable[Msg]] = call
     for mw in reversed(chains.model_call):
         handler = _bind_model_mw(mw, run, handler)
     return handler
@@ -614,7 +674,7 @@ async def _in_reasoning_mw(run: Run, chains: Chains, core: Callable[[], Awaitabl
     return await step()
 
 
-def _tail(run: Run, extra: list[Msg]) -> list[Msg]:
+def _tail(run: Run, extra: Sequence[Msg]) -> list[Msg]:
     """What follows the history in the prompt: this step's extra messages and the task reminder."""
     tail = list(extra)
     if run.state.tasks:
@@ -629,8 +689,7 @@ async def _reasoning_managed(
     compressor: ContextCompressor,
     run: Run,
     system: Msg | None,
-    extra: list[Msg],
-    executor: ToolExecutor,
+    extra: Sequence[Msg],
     override: GenerateOptions | None,
     chains: Chains,
 ) -> Msg:
@@ -641,7 +700,7 @@ async def _reasoning_managed(
         model = agent.model
         head = [system] if system is not None else []
         tail = _tail(run, extra)
-        tools = _schemas(agent, executor, run)
+        tools = _schemas(agent, run)
         handler = _model_handler(agent, run, chains)
         summary_model = agent._resolve_summary_model
         meter = RunMeter(run)  # the summary calls count against the usage limits
@@ -672,7 +731,7 @@ async def compress_run(agent: ReActAgent, run: Run, mode: Mode = "manual") -> li
     system = await _system_message(agent, run)
     head = [system] if system is not None else []
     options = run.options if run.options is not None else agent.options
-    tools = _schemas(agent, run.executor, run)
+    tools = _schemas(agent, run)
     return await compressor.compress(
         run,
         head,
@@ -695,19 +754,29 @@ def _bind_model_mw(
     return handler
 
 
-async def _model_call(agent: ReActAgent, run: Run, request: ModelRequest) -> Msg:
+async def _model_call(
+    agent: ReActAgent, run: Run, messages: list[Msg], tools: list[ToolSchema], options: GenerateOptions
+) -> Msg:
     model = agent.model
     streaming = run.streaming
-    acc = ReplyAccumulator(_Listener(run) if streaming else None)
     # Checked and counted in one step, right before sending (no await in between): parallel
     # subagents sharing a `requests` limit can never together send more calls than it allows.
     reserve_request(run)
-    if streaming:
-        run.event(ev.ModelCallStarted, step=run.step, model=model.model_name)
-    async for chunk in model.stream(request.messages, request.tools, request.options):
-        acc.add(chunk)
+    # Nobody consumes the reply as it is generated: the model may hand it over whole (no generator).
+    whole = None if streaming else await model.whole_reply(messages, tools, options)
+    acc = ReplyAccumulator(_Listener(run) if streaming else None)
+    if whole is not None:
+        for chunk in whole:
+            acc.add(chunk)
         if run.interrupt_requested:
             raise _Interrupt
+    else:
+        if streaming:
+            run.event(ev.ModelCallStarted, step=run.step, model=model.model_name)
+        async for chunk in model.stream(messages, tools, options):
+            acc.add(chunk)
+            if run.interrupt_requested:
+                raise _Interrupt
     msg = acc.message(name=agent.name)
     usage = acc.usage
     # A wrapper choosing among models (FallbackModel) says which one served the reply: price that one.
@@ -759,6 +828,10 @@ def _bind_acting_mw(
 # interrupts
 # --------------------------------------------------------------------------------------------------
 async def _finish_interrupted(agent: ReActAgent, run: Run) -> Msg:
+    task = run.task
+    if task is not None:  # the interrupt's cancellation is handled here: the call goes on to save and reply
+        while task.cancelling():
+            task.uncancel()
     # Interrupted while the state was still loading: nothing of this call was written, and writing
     # now (blind to what is stored, e.g. calls waiting for approval) could break the history.
     loaded = run.loaded

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ __all__ = ["Run", "current_run"]
 
 logger = logging.getLogger("agentrt.state")
 
+_UNKNOWN = object()
+
 current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentrt_run", default=None)
 """The call in progress in this task (tools and subagents read it, e.g. to forward events)."""
 
@@ -39,9 +42,12 @@ class Run:
 
     __slots__ = (
         "_block_seq",
+        "_ctx_token",
         "_dirty",
         "_lock",
+        "_outer",
         "_questions",
+        "_session_cache",
         "_state",
         "_unsaved",
         "agent",
@@ -116,11 +122,16 @@ class Run:
         self.task: asyncio.Task[Any] | None = None
         self.interrupt_requested = False
         self.interrupt_message: Msg | None = None
-        self._unsaved: list[Msg] = []
+        self._unsaved: list[Msg] | None = None  # a list only while messages wait for a checkpoint
         self._dirty: dict[str, Any] | None = None
         self._block_seq = 0
         self._lock: asyncio.Lock | None = None
         self._questions: QuestionBoard | None = None
+        self._session_cache: SessionCache | object | None = _UNKNOWN
+        self._ctx_token: contextvars.Token[RuntimeContext | None] | None = None
+        """Set while the call runs (`AgentBase._enter`): restores the caller's `RuntimeContext`."""
+        self._outer: Run | None = None
+        """The call that was current before this one started (restored when it ends)."""
 
     # -- events -------------------------------------------------------------------------------------
     @property
@@ -209,7 +220,10 @@ class Run:
     def add_messages(self, *msgs: Msg) -> None:
         """Append to the transcript; persisted at the next `checkpoint`."""
         self.state.messages.extend(msgs)
-        self._unsaved.extend(msgs)
+        if self._unsaved is None:
+            self._unsaved = list(msgs)
+        else:
+            self._unsaved.extend(msgs)
 
     def set_field(self, name: str, value: Any) -> None:
         """Change a non-message state field; persisted at the next `checkpoint`."""
@@ -246,8 +260,12 @@ class Run:
 
     def _cache(self) -> SessionCache | None:
         """The store's session cache, if it has one (every `BaseStateStore`, and wrappers that forward it)."""
-        cache = getattr(self.store, "session_cache", None)
-        return cache if isinstance(cache, SessionCache) and callable(getattr(self.store, "load_view", None)) else None
+        cache = self._session_cache
+        if cache is _UNKNOWN:  # looked up once per call, not at every checkpoint
+            found = getattr(self.store, "session_cache", None)
+            usable = isinstance(found, SessionCache) and callable(getattr(self.store, "load_view", None))
+            cache = self._session_cache = found if usable else None
+        return cache  # type: ignore[return-value]
 
     async def _adopt_legacy(self) -> AgentState | None:
         """This agent's legacy session, moved (not copied) under its own address; None if it has none.
@@ -279,7 +297,8 @@ class Run:
         """
         if not self._unsaved and not self._dirty:
             return
-        messages, fields = self._unsaved, self._dirty
+        messages: Sequence[Msg] = self._unsaved or ()
+        fields = self._dirty
         base = self.state.revision
         try:
             revision = await self.store.append(
@@ -299,10 +318,10 @@ class Run:
             if cache is not None:
                 cache.appended(self.agent_key, self.user_id, self.session_id, messages, base=base, revision=revision)
         self.state.revision = revision
-        self._unsaved = []
+        self._unsaved = None
         self._dirty = None
 
-    async def _merge(self, messages: list[Msg], fields: dict[str, Any] | None) -> int:
+    async def _merge(self, messages: Sequence[Msg], fields: dict[str, Any] | None) -> int:
         # Another writer got in first: re-read, then append our messages after theirs.
         for _ in range(5):
             cache = self._cache()

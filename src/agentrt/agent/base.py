@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrt import events as ev
@@ -84,7 +84,7 @@ class AgentBase(abc.ABC):
         self.lock_timeout = lock_timeout
         self.usage_limits = check_limits(usage_limits)
         """The default `UsageLimits` of each call (a call's ``usage_limits=`` replaces it); None: none."""
-        self._running: dict[tuple[str, str], Run] | None = None
+        self._running: dict[str, Run] | None = None  # by `_session_key`
 
     # -- configuration ----------------------------------------------------------------------------
     @property
@@ -120,7 +120,14 @@ class AgentBase(abc.ABC):
         its work saved in the session.
         """
         run = self._new_run(input, ctx, None, output, usage_limits)
-        reply = await self._drive(run)
+        # `_drive` without its events (nobody streams a plain call), inlined: a call in flight holds
+        # one coroutine frame per level of its await chain, and this level is the caller's own.
+        async with run.store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout, agent=run.agent_key):
+            self._enter(run)
+            try:
+                reply = await self._execute(run)
+            finally:
+                self._leave(run)
         if _scopes.SCOPES.get():
             await _scopes.announce(self, run.ctx, reply)
         return reply
@@ -365,16 +372,9 @@ class AgentBase(abc.ABC):
         return run
 
     async def _drive(self, run: Run) -> Msg:
-        store = run.store
-        async with store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout, agent=run.agent_key):
-            running = self._running
-            if running is None:
-                running = self._running = {}
-            key = (run.user_id, run.session_id)
-            running[key] = run
-            run.task = asyncio.current_task()
-            token = run.ctx._set()
-            run_token = current_run.set(run)
+        """Run `run` under the session lock with its events (`call` does the same without events)."""
+        async with run.store.session_lock(run.user_id, run.session_id, timeout=self.lock_timeout, agent=run.agent_key):
+            self._enter(run)
             try:
                 if run.streaming:
                     run.event(ev.RunStarted, input=run.input, user_id=run.user_id)
@@ -387,16 +387,38 @@ class AgentBase(abc.ABC):
                     run.event(ev.RunError, error=str(exc), error_type=type(exc).__name__)
                 raise
             finally:
-                run.ended = True
-                run.close_questions("ended", announce=False)  # a finished run leaves none behind
-                current_run.reset(run_token)
-                RuntimeContext._reset(token)
-                if running.get(key) is run:
-                    del running[key]
+                self._leave(run)
+
+    def _enter(self, run: Run) -> None:
+        """`run` becomes the session's running call and the current one (until `_leave`)."""
+        running = self._running
+        if running is None:
+            running = self._running = {}
+        running[_session_key(run.user_id, run.session_id)] = run
+        run.task = asyncio.current_task()
+        run._ctx_token = run.ctx._set()
+        run._outer = current_run.get()
+        current_run.set(run)  # restored by value in `_leave`: no Token kept alive for the whole call
+
+    def _leave(self, run: Run) -> None:
+        run.ended = True
+        run.close_questions("ended", announce=False)  # a finished run leaves none behind
+        current_run.set(run._outer)
+        run._outer = None
+        if run._ctx_token is not None:
+            RuntimeContext._reset(run._ctx_token)
+            run._ctx_token = None
+        key = _session_key(run.user_id, run.session_id)
+        running = self._running
+        if running is not None and running.get(key) is run:
+            del running[key]
 
     @abc.abstractmethod
-    async def _execute(self, run: Run) -> Msg:
-        """Do the work of one call (state loading and checkpoints included) and return the reply."""
+    def _execute(self, run: Run) -> Awaitable[Msg]:
+        """Do the work of one call (state loading and checkpoints included) and return the reply.
+
+        An ``async def`` does; so does a plain method returning the awaitable that does the work.
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -405,13 +427,22 @@ class AgentBase(abc.ABC):
 def _is_live(run: Run) -> bool:
     """Whether `run` is still the call its agent runs on its session (not one that has ended)."""
     running = getattr(run.agent, "_running", None)
-    return isinstance(running, dict) and running.get((run.user_id, run.session_id)) is run
+    return isinstance(running, dict) and running.get(_session_key(run.user_id, run.session_id)) is run
 
 
-def _key(ctx_or_user_id: RuntimeContext | str | None, session_id: str | None) -> tuple[str, str]:
+def _session_key(user_id: str, session_id: str) -> str:
+    """The key of a session in `AgentBase._running`: a string, unambiguous (the user id's length leads).
+
+    Not a ``(user_id, session_id)`` tuple: a string is no object for the cyclic garbage collector,
+    and a tuple would be one more per call in flight.
+    """
+    return f"{len(user_id)}:{user_id}{session_id}"
+
+
+def _key(ctx_or_user_id: RuntimeContext | str | None, session_id: str | None) -> str:
     if isinstance(ctx_or_user_id, RuntimeContext):
-        return ctx_or_user_id.key
-    return RuntimeContext(ctx_or_user_id, session_id).key
+        return _session_key(*ctx_or_user_id.key)
+    return _session_key(*RuntimeContext(ctx_or_user_id, session_id).key)
 
 
 def _as_input(value: Any, name: str | None) -> list[Msg]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentrt import events as ev
@@ -484,10 +484,15 @@ class ReActAgent(AgentBase):
             await run.checkpoint()
             return active
 
-    async def _execute(self, run: Run) -> Msg:
-        reply = await _loop.run_call(self, run)
+    def _execute(self, run: Run) -> Awaitable[Msg]:
+        # The loop's own awaitable unless there is work after it: no forwarding frame per call.
         if self.memory_extraction:
-            self._start_extraction(run, reply)
+            return self._execute_and_extract(run)
+        return _loop.run_call(self, run)
+
+    async def _execute_and_extract(self, run: Run) -> Msg:
+        reply = await _loop.run_call(self, run)
+        self._start_extraction(run, reply)
         return reply
 
 

@@ -46,7 +46,7 @@ import contextlib
 import contextvars
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -265,8 +265,14 @@ def snapshot(run: Run | Budget) -> RunUsage:
     )
 
 
-def _accounts(run: Run) -> Iterator[Run | Budget]:
+def _accounts(run: Run) -> Iterable[Run | Budget]:
     """`run`, each call it runs inside that is still running (a subagent's parents), then the pipeline budgets."""
+    if run.parent is None and _BUDGET.get() is None:
+        return (run,)  # the common case, several times per model call: no generators
+    return _nested_accounts(run)
+
+
+def _nested_accounts(run: Run) -> Iterator[Run | Budget]:
     current: Run | None = run
     while current is not None:
         yield current
@@ -349,6 +355,10 @@ class RunMeter:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+
+    def __call__(self, usage: TokenUsage) -> None:
+        """Count tokens a tool reports spending for the run (a `UsageSink`: one object serves as both)."""
+        record_tokens(self.run, usage)
 
     def before(self, model: ChatModel) -> None:
         """Check the limits for one call of `model` and count it (raises `UsageLimitExceeded` when refused)."""

@@ -123,6 +123,19 @@ class ChatModel(abc.ABC):
     ) -> AsyncIterator[ChatResponse]:
         """Stream the reply to `messages` as chunks."""
 
+    async def whole_reply(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> Sequence[ChatResponse] | None:
+        """The reply's chunks all at once, for a call this model answers whole; None: iterate `stream`.
+
+        A shortcut for callers that do not consume the reply as it is generated (the agent loop of a
+        call nobody streams): one coroutine per model layer instead of an async generator, whose
+        frame, ``asend`` object and finaliser registration live as long as the request. A model that
+        returns chunks here returns what `stream` would have yielded for the same call; the default
+        (None) always defers to `stream`.
+        """
+        return None
+
     async def generate(
         self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
     ) -> Msg:

@@ -19,7 +19,10 @@ chunk, 30 s idle); ``max_retries=``, ``timeout=`` and ``idle_timeout=`` change t
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import itertools
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -72,6 +75,10 @@ async def _aclose(stream: AsyncIterator[ChatResponse]) -> None:
         await close()
 
 
+_BARE = contextvars.Context()
+"""The context the watchdog's timers run in: cancelling a task reads no context variable."""
+
+
 class _Watchdog:
     """Cancels the consuming task when one wait for a chunk outlasts its limit.
 
@@ -99,14 +106,15 @@ class _Watchdog:
         handle = self._handle
         if handle is None:
             when = now + min(limit, self._shortest)
-            self._handle = self._loop.call_at(when, self._fire)
+            self._handle = self._loop.call_at(when, self, context=_BARE)
             self._when = when
         elif deadline < self._when:
             handle.cancel()
-            self._handle = self._loop.call_at(deadline, self._fire)
+            self._handle = self._loop.call_at(deadline, self, context=_BARE)
             self._when = deadline
 
-    def _fire(self) -> None:
+    def __call__(self) -> None:
+        """The timer fired (the timer holds the watchdog itself: no bound method, no context copy per timer)."""
         self._handle = None
         deadline = self.deadline
         if deadline < 0:
@@ -115,13 +123,86 @@ class _Watchdog:
             self.expired = True
             self._task.cancel()
         else:
-            self._handle = self._loop.call_at(deadline, self._fire)
+            self._handle = self._loop.call_at(deadline, self, context=_BARE)
             self._when = deadline
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class _Deadlines:
+    """The whole-reply waits of one event loop that have one time limit, under a single timer.
+
+    Waits with equal limits fall due in the order they began, so the oldest pending one is always
+    the next: one timer serves them all, set for the oldest and moved on when it fires, instead of
+    a timer and a watchdog object per request (500 requests in flight, 500 timers to cancel). A
+    wait is two dict entries under an int key: nothing per request for the garbage collector.
+    """
+
+    __slots__ = ("_handle", "_tasks", "_when", "expired")
+
+    def __init__(self) -> None:
+        self._tasks: dict[int, asyncio.Task[Any]] = {}
+        self._when: dict[int, float] = {}  # deadlines in loop time, oldest first
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired: set[int] = set()
+
+    def start(self, task: asyncio.Task[Any], limit: float) -> int:
+        """Cancel `task` unless `stop` is called within `limit` seconds; returns the wait's key."""
+        key = next(_wait_keys)
+        loop = asyncio.get_running_loop()
+        when = loop.time() + limit
+        self._tasks[key] = task
+        self._when[key] = when
+        if self._handle is None:
+            self._handle = loop.call_at(when, self, context=_BARE)
+        return key
+
+    def stop(self, key: int) -> bool:
+        """End a wait; True if it timed out (its task was cancelled for it)."""
+        if key in self.expired:
+            self.expired.discard(key)
+            return True
+        del self._tasks[key], self._when[key]
+        if not self._tasks and self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        return False
+
+    def __call__(self) -> None:
+        """The timer fired: cancel the tasks whose deadline passed, then set it for the oldest left."""
+        self._handle = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        when = self._when
+        while when:
+            key = next(iter(when))
+            if when[key] > now:
+                self._handle = loop.call_at(when[key], self, context=_BARE)
+                return
+            del when[key]
+            self.expired.add(key)
+            self._tasks.pop(key).cancel()
+
+
+_wait_keys = itertools.count()
+_deadline_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Deadlines]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _deadlines(limit: float) -> _Deadlines:
+    """The running loop's `_Deadlines` for waits of `limit` seconds."""
+    loop = asyncio.get_running_loop()
+    queues = _deadline_queues.get(loop)
+    if queues is None:
+        queues = _deadline_queues[loop] = {}
+    queue = queues.get(limit)
+    if queue is None:
+        queue = queues[limit] = _Deadlines()
+    return queue
 
 
 class _Wrapper(ChatModel):
@@ -305,6 +386,46 @@ class RetryModel(_Wrapper):
                 if watch is not None:
                     watch.close()
                 await _aclose(inner)
+            await _sleep(wait)
+
+    async def whole_reply(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> Sequence[ChatResponse] | None:
+        """`stream`'s retries and timeouts around the wrapped model's `whole_reply` (None: it streams this call).
+
+        Nothing is yielded before a reply is complete, so a retry never needs a restart chunk.
+        """
+        inner = self._inner
+        if type(self).stream is not RetryModel.stream or inner.streams(options):
+            return None
+        attempt = 0
+        wait = 0.0
+        limit, phase = self._first_limit(options)
+        if self.total_timeout is not None:
+            limit, phase = self._within_total(self.total_timeout, limit, phase)
+        while True:
+            try:
+                if limit is None:
+                    return await inner.whole_reply(messages, tools, options)
+                task = cast("asyncio.Task[Any]", asyncio.current_task())
+                cancelling = task.cancelling()
+                deadlines = _deadlines(limit)
+                key = deadlines.start(task, limit)
+                try:
+                    chunks = await inner.whole_reply(messages, tools, options)
+                except BaseException:
+                    if deadlines.stop(key) and task.uncancel() <= cancelling:
+                        raise self._timeout_error(phase) from None
+                    raise
+                if deadlines.stop(key):  # the wrapped model swallowed our cancellation
+                    task.uncancel()
+                    raise self._timeout_error(phase)
+                return chunks
+            except ModelError as exc:
+                if attempt >= self.max_retries or not is_retryable(exc):
+                    raise
+                attempt += 1
+                wait, _ = self._plan_retry(attempt, exc, False)
             await _sleep(wait)
 
     def _first_limit(self, options: GenerateOptions | None) -> tuple[float | None, int]:

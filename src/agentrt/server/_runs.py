@@ -192,8 +192,7 @@ class RunRegistry:
 def _holds_session(run: ActiveRun) -> bool:
     # `agent.interrupt` addresses a session, not a call: check that the call running on the session
     # is this one (the same context object), so a call queued behind it is cancelled instead.
-    running = getattr(run.agent, "_running", None) or {}
-    current = running.get(run.ctx.key)
+    current = run.agent.running_call(run.ctx)
     return current is not None and getattr(current, "ctx", None) is run.ctx
 
 

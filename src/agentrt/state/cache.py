@@ -152,6 +152,8 @@ class SessionCache:
         nbytes = _size(state.messages[state.loaded_from :])
         if nbytes > self.max_bytes:
             return
+        if state.call_ids is None:  # the entry and the states loaded from it share one index
+            state.call_ids = CallIds()
         self._entries[key] = _Entry(
             list(state.messages), nbytes, state.revision, state.created_at, state.call_ids, state.loaded_from
         )

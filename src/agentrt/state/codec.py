@@ -32,6 +32,7 @@ __all__ = [
     "decode_message",
     "decode_state",
     "encode_fields",
+    "encode_fields_json",
     "encode_message",
     "encode_state",
     "register_migration",
@@ -62,15 +63,22 @@ def decode_message(data: str | bytes | Mapping[str, Any]) -> Msg:
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """JSON-native values of changed `AgentState` fields (rules and pending may hold dataclasses)."""
-    out: dict[str, Any] = {}
-    for name, value in fields.items():
-        if name not in STATE_FIELDS:
-            raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
-        if name == "pending":  # a `Pending` (or its JSON form) is stored as `Pending.to_dict`
-            pending = Pending.coerce(value)
-            value = None if pending is None else pending.to_dict()
-        out[name] = _json.jsonable(value)
-    return out
+    return {name: _json.jsonable(_field_value(name, value)) for name, value in fields.items()}
+
+
+def encode_fields_json(fields: Mapping[str, Any]) -> dict[str, str]:
+    """`encode_fields` with each value as its JSON text, encoded in one pass (no Python walk first)."""
+    return {name: _json.dumps_jsonable_bytes(_field_value(name, value)).decode() for name, value in fields.items()}
+
+
+def _field_value(name: str, value: Any) -> Any:
+    """The value of field `name` to encode (a `Pending` as `Pending.to_dict`); `UserError` for an unknown field."""
+    if name not in STATE_FIELDS:
+        raise UserError(f"unknown AgentState field {name!r}; known: {', '.join(STATE_FIELDS)}")
+    if name == "pending":  # a `Pending` (or its JSON form) is stored as `Pending.to_dict`
+        pending = Pending.coerce(value)
+        return None if pending is None else pending.to_dict()
+    return value
 
 
 def encode_state(state: AgentState, *, include_messages: bool = True) -> dict[str, Any]:

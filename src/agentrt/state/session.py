@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,9 @@ UNLOADED = Unloaded(role="user", content=[], id="agentrt-unloaded", timestamp=0.
 """The one placeholder instance: ``messages[:loaded_from]`` of a context load are all this object."""
 
 
+_NO_IDS: frozenset[str] = frozenset()
+
+
 class CallIds:
     """The tool-call ids of an append-only transcript, indexed in O(new messages) per use.
 
@@ -72,22 +76,26 @@ class CallIds:
     __slots__ = ("_count", "_ids", "_last")
 
     def __init__(self) -> None:
-        self._ids: set[str] = set()
+        self._ids: set[str] | None = None  # made on first use: most states never ask
         self._count = 0
         self._last: str | None = None
 
-    def of(self, messages: Sequence[Msg]) -> set[str]:
+    def of(self, messages: Sequence[Msg]) -> AbstractSet[str]:
         """The ids of every tool call in `messages` (the caller must not change the set)."""
         count = len(messages)
-        if self._count > count or (self._count and messages[self._count - 1].id != self._last):
-            self._ids, self._count = set(), 0
         ids = self._ids
+        if self._count > count or (self._count and messages[self._count - 1].id != self._last):
+            ids = self._ids = None
+            self._count = 0
         for msg in messages[self._count :]:
             if msg.role == "assistant":
-                ids.update(call.id for call in msg.tool_calls)
+                for call in msg.tool_calls:
+                    if ids is None:
+                        ids = self._ids = set()  # made at the first call: a transcript without any needs none
+                    ids.add(call.id)
         self._count = count
         self._last = messages[-1].id if count else None
-        return ids
+        return ids if ids is not None else _NO_IDS
 
 
 @dataclass(slots=True, kw_only=True)
@@ -119,11 +127,18 @@ class AgentState:
     version: int = SCHEMA_VERSION
     created_at: float = field(default_factory=time.time)
     updated_at: float = 0.0
-    call_ids: CallIds = field(default_factory=CallIds, repr=False, compare=False)
-    """The index of the transcript's tool-call ids (derived data, never stored)."""
+    call_ids: CallIds | None = field(default=None, repr=False, compare=False)
+    """The index of the transcript's tool-call ids (derived data, never stored; made on first use)."""
     loaded_from: int = field(default=0, repr=False, compare=False)
     """Messages before this index were not read: each is `UNLOADED` (a context load, see
     `BaseStateStore.load_context`); 0 for a state holding the whole transcript. Never stored."""
+
+    def tool_call_ids(self) -> AbstractSet[str]:
+        """The ids of every tool call in the transcript (through `call_ids`, made on first use)."""
+        index = self.call_ids
+        if index is None:
+            index = self.call_ids = CallIds()
+        return index.of(self.messages)
 
     def fields_dict(self) -> dict[str, Any]:
         """The non-message fields, by name."""

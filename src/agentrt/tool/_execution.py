@@ -252,6 +252,12 @@ class ToolExecutor:
         lands (events, checkpoints).
         """
         run = runner or self.execute
+        if len(calls) == 1:  # the common turn: no batches, no result table, no closure
+            started = time.perf_counter()
+            result = await run(calls[0])
+            if on_result is not None:
+                await on_result(result, time.perf_counter() - started)
+            return [result]
         results: dict[int, ToolResultBlock] = {}
         position = {id(c): i for i, c in enumerate(calls)}
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["ToolGroup", "Toolkit"]
 
 DEFAULT_MAX_CONCURRENCY = 16
+_NO_GROUPS: frozenset[str] = frozenset()  # one instance (an empty frozenset() is a new object each time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,7 @@ class Toolkit:
     def default_active_groups(self) -> frozenset[str]:
         """Groups a new session starts with."""
         if not self._groups:
-            return frozenset()
+            return _NO_GROUPS
         return frozenset(g.name for g in self._groups.values() if g.active)
 
     # -- lookup -----------------------------------------------------------------------------------

@@ -273,6 +273,95 @@ async def test_early_exit_closes_the_inner_stream() -> None:
     assert inner.finished == 1
 
 
+# --------------------------------------------------------------------------------------------------
+# whole replies (a call nobody streams): a coroutine per layer, the same retries and timeouts
+# --------------------------------------------------------------------------------------------------
+class WholeModel(FakeModel):
+    """A `FakeModel` that answers whole when not streamed: each attempt's chunks in one list."""
+
+    def streams(self, options: GenerateOptions | None = None) -> bool:
+        return False
+
+    async def whole_reply(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> list[ChatResponse]:
+        return [chunk async for chunk in self.stream(messages, tools, options)]
+
+
+async def test_a_whole_reply_is_retried_like_a_stream(sleeps: list[float]) -> None:
+    inner = WholeModel([ModelConnectionError("reset")], [ModelAPIError("503", status=503)], text("ok"))
+    chunks = await RetryModel(inner, max_retries=2).whole_reply([Msg.user("x")])
+    assert chunks is not None and [c.text for c in chunks] == ["ok", ""]
+    assert inner.calls == 3 and len(sleeps) == 2
+    assert not any(c.restart for c in chunks), "nothing went out before a whole reply failed: no restart"
+
+
+async def test_a_whole_reply_past_whole_timeout_is_a_timeout() -> None:
+    model = RetryModel(WholeModel([5.0]), max_retries=0, whole_timeout=0.05)
+    with pytest.raises(ModelTimeoutError, match="whole_timeout"):
+        await model.whole_reply([Msg.user("x")])
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_whole_reply_times_out_when_the_model_swallows_cancellation() -> None:
+    class Swallowing(WholeModel):
+        async def whole_reply(
+            self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+        ) -> list[ChatResponse]:
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                raise ModelConnectionError("cancelled, says the SDK") from None
+            return []
+
+    with pytest.raises(ModelTimeoutError):
+        await RetryModel(Swallowing(), max_retries=0, whole_timeout=0.05).whole_reply([Msg.user("x")])
+
+
+async def test_whole_replies_in_flight_share_one_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        if isinstance(callback, resilience_module._Deadlines):
+            timers.append(when)
+        return call_at(when, callback, *args, context=context)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    model = RetryModel(WholeModel(*([0.02, *text("ok")] for _ in range(50))), whole_timeout=30)
+    replies = await asyncio.gather(*(model.whole_reply([Msg.user("x")]) for _ in range(50)))
+    assert all(r is not None and r[0].text == "ok" for r in replies)
+    assert len(timers) == 1, "one timer for the deadlines of all the requests in flight, none per request"
+
+
+@pytest.mark.parametrize("slow_first", [True, False])
+async def test_the_shared_timer_cancels_only_the_late_wait(slow_first: bool) -> None:
+    attempts = ([1.0], [0.01, *text("fast")]) if slow_first else ([0.01, *text("fast")], [1.0])
+    model = RetryModel(WholeModel(*attempts), max_retries=0, whole_timeout=0.2)
+    first = asyncio.ensure_future(model.whole_reply([Msg.user("x")]))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(model.whole_reply([Msg.user("x")]))
+    slow, fast = (first, second) if slow_first else (second, first)
+    reply = await fast
+    assert reply is not None and reply[0].text == "fast"
+    with pytest.raises(ModelTimeoutError):
+        await slow  # also when the timer was set for the deadline of the wait that ended first
+
+
+async def test_a_model_that_streams_gets_no_whole_reply() -> None:
+    assert await RetryModel(FakeModel(text("a"))).whole_reply([Msg.user("x")]) is None  # streams() is True
+
+    class OwnStream(RetryModel):
+        async def stream(
+            self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+        ) -> AsyncIterator[ChatResponse]:
+            yield ChatResponse(text="mine")
+
+    assert await OwnStream(WholeModel(text("a"))).whole_reply([Msg.user("x")]) is None, "its own stream is used"
+
+
 async def test_retry_model_forwards_identity_and_capabilities() -> None:
     inner = FakeModel(text("a"), name="big-model")
     model = RetryModel(inner)

@@ -664,6 +664,34 @@ async def test_appends_issued_in_one_loop_iteration_share_one_commit(tmp_path: P
         await apart.close()
 
 
+async def test_a_batch_of_appends_is_one_transaction_of_plain_statements(tmp_path: Path) -> None:
+    # The side effect: the statements run. An append that waited for the iteration end runs in the
+    # batch's transaction without a savepoint of its own (a conflict is raised before it writes), and
+    # a new session is inserted without reading for it first.
+    store = await _fresh_store(tmp_path / "s.db")
+    try:
+        assert await store.load("u", "none") is None  # a small read: opens the inline connection
+        assert store._inline is not None and store._inline._conn is not None
+        conn = store._inline._conn
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        new = [store.append("u", f"s{i}", [Msg.user("m")], expected_revision=0) for i in range(10)]
+        assert await asyncio.gather(*new) == [1] * 10
+        fields = {"tool_state": {"in_flight": {"calls": ["c1"]}}}
+        more = [store.append("u", f"s{i}", [Msg.assistant("a")], fields=fields, expected_revision=1) for i in range(10)]
+        assert await asyncio.gather(*more) == [2] * 10
+        conn.set_trace_callback(None)
+        verbs = [sql.split()[0] for sql in statements]
+        assert "SAVEPOINT" not in verbs and "SELECT" not in verbs, statements
+        # per gather: the first append inline (its own transaction), the nine others in one
+        assert verbs.count("BEGIN") == verbs.count("COMMIT") == 4
+        assert len(statements) == 4 * 2 + 20 * 2, "an append is two statements: the session row, the message"
+        state = await store.load("u", "s7")
+        assert state is not None and state.tool_state == fields["tool_state"] and state.revision == 2
+    finally:
+        await store.close()
+
+
 async def test_an_append_cancelled_while_it_waits_for_the_iteration_end_writes_nothing(tmp_path: Path) -> None:
     store = await _fresh_store(tmp_path / "s.db")
     try:

@@ -53,6 +53,15 @@ __all__ = [
 
 logger = logging.getLogger("agentrt.model")
 
+_orjson: Any
+_Fragment: Any
+try:
+    import orjson as _orjson
+
+    _Fragment = getattr(_orjson, "Fragment", None)  # orjson >= 3.9: JSON bytes written into a document as they are
+except ImportError:  # pragma: no cover - orjson is a core dependency
+    _orjson = _Fragment = None
+
 WireMessage = dict[str, Any]
 META_EXTRA_CONTENT = "extra_content"
 """ToolUseBlock metadata: a tool call's ``extra_content`` (Gemini's thought signature), sent back as it came."""
@@ -186,12 +195,16 @@ class ChatCompletionsFormat:
 
     Formatted messages and tools are cached by object identity (both are immutable), so an agent
     step re-serialises only the messages added since the previous step; the cache holds the
-    objects it describes, so an id can never be reused while its entry lives.
+    objects it describes, so an id can never be reused while its entry lives. `encode` caches a
+    message as its JSON bytes: a cached message is then nothing for the garbage collector (wire
+    dicts are, for as long as they are cached), and a request only encodes the messages new to it.
     """
 
     __slots__ = (
+        "_json_cache",
         "_msg_cache",
         "_tool_cache",
+        "_wire_cache",
         "max_tokens_param",
         "provider",
         "send_names",
@@ -210,7 +223,9 @@ class ChatCompletionsFormat:
         self.send_names = send_names
         self.send_reasoning = send_reasoning
         self.max_tokens_param = max_tokens_param
-        self._msg_cache: dict[int, tuple[Msg, list[WireMessage]]] = {}
+        self._msg_cache: dict[int, Msg] = {}  # the messages the two caches below describe, by id
+        self._wire_cache: dict[int, WireMessage | list[WireMessage]] = {}  # one wire message unwrapped
+        self._json_cache: dict[int, bytes] = {}  # the wire messages as JSON, comma-separated
         self._tool_cache: dict[int, tuple[ToolSchema, dict[str, Any]]] = {}
 
     # -- messages -----------------------------------------------------------------------------
@@ -218,24 +233,52 @@ class ChatCompletionsFormat:
         """The wire messages for `messages`, in order."""
         out: list[WireMessage] = []
         cache = self._msg_cache
+        wires = self._wire_cache
         turn_start = _current_turn_start(messages) if self.send_reasoning else 0
         for i, msg in enumerate(messages):
-            hit = cache.get(id(msg))
-            if hit is not None and hit[0] is msg:
-                wire = hit[1]
-            else:
-                wire = self.message(msg)
-                if len(cache) >= _CACHE_LIMIT:
-                    del cache[next(iter(cache))]
-                cache[id(msg)] = (msg, wire)
-            if i < turn_start and wire and "reasoning_content" in wire[0]:
+            wire = wires.get(id(msg)) if cache.get(id(msg)) is msg else None
+            if wire is None:
+                made = self.message(msg)
+                wire = made[0] if len(made) == 1 else made
+                self._keep(msg)
+                wires[id(msg)] = wire
+            if isinstance(wire, list):
+                out.extend(wire)
+            elif i < turn_start and "reasoning_content" in wire:
                 # Reasoning goes back only within the current turn (DeepSeek needs it between tool
                 # calls of one turn and ignores or rejects it from earlier turns).
-                out.append({k: v for k, v in wire[0].items() if k != "reasoning_content"})
-            elif len(wire) == 1:
-                out.append(wire[0])
+                out.append({k: v for k, v in wire.items() if k != "reasoning_content"})
             else:
-                out.extend(wire)
+                out.append(wire)
+        return out
+
+    def _keep(self, msg: Msg) -> None:
+        """Hold `msg` while cache entries describe it (its id cannot be reused meanwhile); evict the oldest."""
+        cache = self._msg_cache
+        if cache.get(id(msg)) is msg:
+            return
+        if len(cache) >= _CACHE_LIMIT:
+            oldest = next(iter(cache))
+            del cache[oldest]
+            self._wire_cache.pop(oldest, None)
+            self._json_cache.pop(oldest, None)
+        cache[id(msg)] = msg
+
+    def _encoded_messages(self, messages: Sequence[Msg]) -> list[Any]:
+        """`messages` as `orjson.Fragment`s of their JSON, each message encoded once while it is cached."""
+        out: list[Any] = []
+        cache = self._msg_cache
+        encoded = self._json_cache
+        for msg in messages:
+            raw = encoded.get(id(msg)) if cache.get(id(msg)) is msg else None
+            if raw is None:
+                parts = [_json.dumps_bytes(wire) for wire in self.message(msg)]
+                # orjson's bytes keep its 4 KiB output buffer whatever their length: cache a right-sized copy
+                raw = bytes(memoryview(parts[0])) if len(parts) == 1 else b",".join(parts)
+                self._keep(msg)
+                encoded[id(msg)] = raw
+            if raw:  # a message with nothing to send (an empty assistant reply) is left out
+                out.append(_Fragment(raw))
         return out
 
     def message(self, msg: Msg) -> list[WireMessage]:
@@ -392,6 +435,35 @@ class ChatCompletionsFormat:
         if options.extra:
             self._apply_extra(body, options.extra)
         return body
+
+    def encode(
+        self,
+        model: str,
+        messages: Sequence[Msg],
+        tools: Sequence[ToolSchema],
+        options: GenerateOptions,
+        *,
+        stream: bool,
+        stream_usage: bool,
+    ) -> tuple[bytes, bool]:
+        """`body` as JSON bytes, and whether it asks for a stream (``openai_stream`` extras decide last).
+
+        The messages go in as the JSON cached for each one (`orjson.Fragment`), so a request
+        encodes only what is new to it. With reasoning sent back (stripped from earlier turns per
+        request) or without orjson, the body is built and encoded whole.
+        """
+        if _Fragment is None or self.send_reasoning:
+            whole = self.body(model, messages, tools, options, stream=stream, stream_usage=stream_usage)
+            return _json.dumps_bytes(whole), whole.get("stream") is True
+        body = self.body(model, (), tools, options, stream=stream, stream_usage=stream_usage)
+        streaming = body.get("stream") is True
+        body["messages"] = self._encoded_messages(messages)
+        try:
+            data: bytes = _orjson.dumps(body, option=_orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # a value orjson cannot write (in options.extra): the general encoder
+            whole = self.body(model, messages, tools, options, stream=stream, stream_usage=stream_usage)
+            data = _json.dumps_bytes(whole)
+        return data, streaming
 
     def _apply_extra(self, body: dict[str, Any], extra: Mapping[str, Any]) -> None:
         """Set (or, for None, remove) the body keys named by ``openai_X`` / ``<provider>_X`` extras."""

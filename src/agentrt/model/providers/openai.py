@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from agentrt._json import dumps_bytes
 from agentrt.errors import (
     AgentrtError,
     ModelAPIError,
@@ -77,10 +77,6 @@ def _is_sse(raw: bytes) -> bool:
     if head[:3] == _BOM:
         head = head[3:].lstrip()
     return head.startswith(_SSE_STARTS)
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
 
 
 def _version() -> str:
@@ -209,8 +205,9 @@ class OpenAIChatModel(ChatModel):
             base_headers["OpenAI-Project"] = project
         if headers:
             base_headers.update(headers)
-        self._headers = {**base_headers, "Accept": "application/json"}
-        self._stream_headers = {**base_headers, "Accept": _EVENT_STREAM}
+        # Immutable multidicts: aiohttp takes them as they are instead of copying a dict into one per request.
+        self._headers = CIMultiDictProxy(CIMultiDict({**base_headers, "Accept": "application/json"}))
+        self._stream_headers = CIMultiDictProxy(CIMultiDict({**base_headers, "Accept": _EVENT_STREAM}))
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout)
@@ -250,35 +247,26 @@ class OpenAIChatModel(ChatModel):
     ) -> AsyncIterator[ChatResponse]:
         """Stream the reply: text, reasoning and tool-call deltas, then finish reason and usage."""
         options = self._call_options(options)
-        body = self.format.body(
-            self.model_name, messages, tools, options, stream=self._streamed(options), stream_usage=self.stream_usage
-        )
-        streaming = body.get("stream") is True
+        body, streaming = self._request_body(messages, tools, options, self._streamed(options))
         timeout = self._request_timeout(options)
         session = self._lease.get() or await self._lease.acquire()
         try:
             async with session.post(
                 self._url,
-                data=dumps_bytes(body),
+                data=body,
                 headers=self._stream_headers if streaming else self._headers,
                 timeout=timeout,
             ) as resp:
                 await self._raise_for_status(resp)
-                reads: AsyncIterator[bytes]
-                if streaming and resp.content_type == _EVENT_STREAM:
-                    reads = resp.content.iter_any()
-                else:
-                    raw = await resp.read()
-                    if not _is_sse(raw):
-                        yield self._completion(raw)
-                        return
-                    # SSE frames in a plain body (proxies answer non-stream requests so): fold them as a stream.
-                    reads = _once(raw)
+                if not streaming or resp.content_type != _EVENT_STREAM:
+                    for part in self._whole_chunks(await resp.read()):
+                        yield part
+                    return
                 # The SSE loop is inlined here: a helper generator would add a layer per chunk.
                 decoder = SSEDecoder()
                 state = StreamState()
                 done = finished = False
-                async for data in reads:
+                async for data in resp.content.iter_any():
                     for event, payload in decoder.feed(data):
                         if done or payload == _DONE:
                             done = True  # read on to the end, so the connection goes back to the pool
@@ -296,15 +284,85 @@ class OpenAIChatModel(ChatModel):
                             finished = finished or chunk.finish_reason is not None
                             yield chunk
                 if not (done or finished):
-                    # A clean EOF without [DONE] or a finish reason: the server (or a proxy) cut the reply.
-                    raise ModelConnectionError(
-                        f"{self.provider} model {self.model_name!r}: the response stream ended before the reply "
-                        "was complete"
-                    )
+                    raise self._cut_short()
         except ModelError:
             raise
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             raise self._transport_error(exc) from exc
+
+    async def whole_reply(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema] = (), options: GenerateOptions | None = None
+    ) -> list[ChatResponse] | None:
+        """The reply of a call that is not streamed, as `stream` would yield it; None for a streamed call.
+
+        A coroutine all the way down to aiohttp: no async generator, and the response awaited
+        directly rather than through ``async with session.post(...)``, so a request in flight holds
+        fewer objects (see `ChatModel.whole_reply`).
+        """
+        if type(self).stream is not OpenAIChatModel.stream:
+            return None  # a subclass that changed how replies are read: it gets its `stream` called
+        options = self._call_options(options)
+        if self._streamed(options):
+            return None
+        body, streaming = self._request_body(messages, tools, options, False)
+        if streaming:  # an ``openai_stream`` extra asked for it after all
+            return None
+        timeout = self._request_timeout(options)
+        session = self._lease.get() or await self._lease.acquire()
+        try:
+            resp = await session.post(self._url, data=body, headers=self._headers, timeout=timeout)
+            async with resp:
+                await self._raise_for_status(resp)
+                raw = await resp.read()
+        except ModelError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            raise self._transport_error(exc) from exc
+        return self._whole_chunks(raw)
+
+    def _request_body(
+        self, messages: Sequence[Msg], tools: Sequence[ToolSchema], options: GenerateOptions, stream: bool
+    ) -> tuple[bytes, bool]:
+        """The encoded request body, and whether it asks for a stream (``openai_stream`` extras win)."""
+        return self.format.encode(
+            self.model_name, messages, tools, options, stream=stream, stream_usage=self.stream_usage
+        )
+
+    def _whole_chunks(self, raw: bytes) -> list[ChatResponse]:
+        """The chunks of a whole body: a completion, or SSE frames in a plain body folded as a stream.
+
+        (Proxies answer non-stream requests with SSE frames; a server may ignore ``"stream": true``.)
+        """
+        if not _is_sse(raw):
+            return [self._completion(raw)]
+        decoder = SSEDecoder()
+        state = StreamState()
+        chunks: list[ChatResponse] = []
+        done = finished = False
+        for event, payload in decoder.feed(raw):
+            if done or payload == _DONE:
+                done = True
+                continue
+            chunk = self._event(event, payload, state)
+            if chunk is not None:
+                finished = finished or chunk.finish_reason is not None
+                chunks.append(chunk)
+        if not done:
+            for event, payload in decoder.flush():
+                if payload == _DONE:
+                    done = True
+                elif (chunk := self._event(event, payload, state)) is not None:
+                    finished = finished or chunk.finish_reason is not None
+                    chunks.append(chunk)
+        if not (done or finished):
+            raise self._cut_short()
+        return chunks
+
+    def _cut_short(self) -> ModelConnectionError:
+        # A clean EOF without [DONE] or a finish reason: the server (or a proxy) cut the reply.
+        return ModelConnectionError(
+            f"{self.provider} model {self.model_name!r}: the response stream ended before the reply was complete"
+        )
 
     async def _raise_for_status(self, resp: aiohttp.ClientResponse) -> None:
         """Raise the typed error for an HTTP error response (the key never shows in its message)."""

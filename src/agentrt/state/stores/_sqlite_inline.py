@@ -16,8 +16,8 @@ calling thread, on a second connection, when:
   page cache; FULL and EXTRA always use the worker).
 
 Under load the first append of an event-loop iteration runs inline and the others issued in the
-same iteration wait for its end, then share one transaction (`run_many`, a savepoint each): a
-burst of concurrent runs pays one commit per loop iteration rather than one per append.
+same iteration wait for its end, then share one transaction (`run_many`): a burst of concurrent
+runs pays one commit per loop iteration rather than one per append.
 
 The connection never checkpoints the WAL itself (an fsync); every `CHECKPOINT_EVERY` inline
 commits the store asks its worker to run a passive checkpoint, so the WAL stays bounded.
@@ -109,8 +109,9 @@ class InlineRunner:
     ) -> tuple[list[tuple[bool, Any]] | None, bool]:
         """``fn(conn, *args)`` for each of `calls` in one transaction: ``(outcomes, checkpoint_due)``.
 
-        Each call runs in its own savepoint (`fn` opens one inside a transaction), so an outcome that
-        is an exception (a revision conflict) undoes only that call. None: nothing ran, queue them all.
+        An outcome that is an exception (a revision conflict) must have changed nothing: `fn` raises
+        its own errors before it writes (or opens a savepoint for itself). A SQLite error rolls the
+        whole transaction back. None: nothing was committed, queue them all.
         """
         if self._outstanding or not self._lock.acquire(blocking=False):
             return None, False

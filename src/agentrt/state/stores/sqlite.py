@@ -37,7 +37,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
@@ -55,7 +55,7 @@ from agentrt.state.base import (
     check_since_index,
     is_idle,
 )
-from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
+from agentrt.state.codec import decode_message, decode_state, encode_fields_json, encode_message, encode_state
 from agentrt.state.session import context_start, with_placeholders
 from agentrt.state.stores._sqlite_inline import InlineRunner, TooLarge
 
@@ -115,6 +115,16 @@ _INLINE_MAX_BYTES = 64 * 1024
 """The largest append (encoded messages) run on the caller's thread."""
 _INLINE_MAX_MESSAGES = 32
 """The most messages a read on the caller's thread decodes (more: the worker reads them)."""
+
+
+class _TickBatch:
+    """The appends of one loop iteration waiting for its end: their arguments and their callers' futures."""
+
+    __slots__ = ("calls", "futures")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.futures: list[asyncio.Future[int]] = []
 
 
 def _deliver(results: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
@@ -215,7 +225,7 @@ class SqliteStateStore(BaseStateStore):
             raise ValueError(f"inline must be True or False, not {inline!r}")
         inline = inline and self._path != ":memory:" and mode in ("NORMAL", "OFF")
         self._inline = InlineRunner(self._path, mode) if inline else None
-        self._tick_batches: dict[asyncio.AbstractEventLoop, list[tuple[tuple[Any, ...], asyncio.Future[int]]]] = {}
+        self._tick_batches: dict[asyncio.AbstractEventLoop, _TickBatch] = {}
         """Per event loop: the appends waiting for the end of the current iteration (see `_append_small`)."""
 
     @property
@@ -272,10 +282,13 @@ class SqliteStateStore(BaseStateStore):
         check_agent(agent)
         # Encoded here, on the caller's thread: the write stores the values as they are now.
         bodies = _encode_messages(messages)
-        changed = encode_fields(fields) if fields else None
+        changed = _encode_fields(fields) if fields else None  # field name -> JSON text
         args = (agent, user_id, session_id, bodies, changed, expected_revision)
         if sum(map(len, bodies)) <= _INLINE_MAX_BYTES:
-            return await self._append_small(args)
+            # Inline, or with this loop iteration's other appends (see `_append_small`). Awaited here,
+            # not in a coroutine of its own: a burst of concurrent runs holds one frame less each.
+            small = self._append_small(args)
+            return small if isinstance(small, int) else await small
         return await self._call(_append, *args)
 
     async def save(self, state: AgentState, *, expected_revision: int | None = None) -> int:
@@ -367,18 +380,20 @@ class SqliteStateStore(BaseStateStore):
                 return result
         return await self._call(fn, *args)
 
-    async def _append_small(self, args: tuple[Any, ...]) -> int:
+    def _append_small(self, args: tuple[Any, ...]) -> int | Awaitable[int]:
         """A small append: inline when it is the first of this loop iteration, else with the iteration's others.
 
         The appends issued after it in the same iteration (a burst of concurrent runs) wait until
-        the iteration ends and then share one transaction (`InlineRunner.run_many`).
+        the iteration ends and then share one transaction (`InlineRunner.run_many`). Returns the
+        revision when the append ran inline, else what to await for it.
         """
         loop = asyncio.get_running_loop()
         batch = self._tick_batches.get(loop)
         if batch is not None:
             future: asyncio.Future[int] = loop.create_future()
-            batch.append((args, future))
-            return await future
+            batch.calls.append(args)
+            batch.futures.append(future)
+            return future
         runner = self._inline
         if runner is not None and self._conn is not None and not self._closed:
             done, value, checkpoint_due = runner.run(_append, args, write=True)
@@ -386,35 +401,45 @@ class SqliteStateStore(BaseStateStore):
                 self._used = True
                 if checkpoint_due:
                     self._enqueue(_checkpoint, ())
-                self._tick_batches[loop] = []
+                self._tick_batches[loop] = _TickBatch()
                 loop.call_soon(self._end_tick, loop)
                 revision: int = value
                 return revision
-        return await self._call(_append, *args)
+        return self._call(_append, *args)
 
     def _end_tick(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run the appends that waited for the end of the loop iteration, in one transaction if possible."""
         batch = self._tick_batches.pop(loop, None)
-        if not batch:
+        if batch is None or not batch.futures:
             return
-        batch = [(args, future) for args, future in batch if not future.done()]
-        if not batch:
-            return
+        if any(future.done() for future in batch.futures):  # callers cancelled: their appends do not run
+            kept = [i for i, future in enumerate(batch.futures) if not future.done()]
+            batch.calls = [batch.calls[i] for i in kept]
+            batch.futures = [batch.futures[i] for i in kept]
+            if not kept:
+                return
         outcomes = None
         runner = self._inline
         if runner is not None and not self._closed:
-            outcomes, checkpoint_due = runner.run_many(_append, [args for args, _future in batch])
+            # No savepoint per append: a conflict changes nothing, a SQLite error rolls back the batch.
+            outcomes, checkpoint_due = runner.run_many(_append_in, batch.calls)
             if checkpoint_due:
                 self._enqueue(_checkpoint, ())
         if outcomes is None:  # busy or closed: the worker runs them (as one group commit when it can)
-            for args, future in batch:
+            for args, future in zip(batch.calls, batch.futures, strict=True):
                 if self._closed:
                     future.set_exception(StateStoreError(f"{self!r} is closed"))
                     continue
                 queued = self._enqueue(_append, args)
                 queued.add_done_callback(functools.partial(_relay, future))
             return
-        _deliver([(future, ok, value) for (_args, future), (ok, value) in zip(batch, outcomes, strict=True)])
+        for future, (ok, value) in zip(batch.futures, outcomes, strict=True):
+            if future.done():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
@@ -568,6 +593,13 @@ def _set_wal(conn: sqlite3.Connection, timeout: float) -> None:
 # -- operations (run on the worker thread; each is one transaction) --------------------------
 
 
+def _encode_fields(fields: Mapping[str, Any]) -> dict[str, str]:
+    try:
+        return encode_fields_json(fields)
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise StateStoreError(f"cannot store text that is not valid Unicode: {exc.reason}") from None
+
+
 def _encode_messages(messages: Sequence[Msg]) -> list[str]:
     try:
         return [encode_message(m) for m in messages]
@@ -575,29 +607,40 @@ def _encode_messages(messages: Sequence[Msg]) -> list[str]:
         raise StateStoreError(f"cannot store a message that is not valid Unicode text: {exc.reason}") from None
 
 
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
-    if conn.in_transaction:
-        # Inside a batch of appends: a savepoint, so this operation commits or rolls back alone.
-        conn.execute("SAVEPOINT op")
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
+class _transaction:  # noqa: N801 - a context manager used like a function
+    """``with _transaction(conn, write=...)``: one transaction, or a savepoint inside one already open.
+
+    A class rather than a generator-based context manager: one object per operation instead of three.
+    """
+
+    __slots__ = ("_conn", "_nested", "_write")
+
+    def __init__(self, conn: sqlite3.Connection, *, write: bool) -> None:
+        self._conn = conn
+        self._write = write
+        self._nested = False
+
+    def __enter__(self) -> None:
+        conn = self._conn
+        if conn.in_transaction:
+            # Inside a batch of appends: a savepoint, so this operation commits or rolls back alone.
+            self._nested = True
+            conn.execute("SAVEPOINT op")
+        else:
+            # Writers take the write lock up front (no deadlock-prone lock upgrade); readers get a snapshot.
+            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        conn = self._conn
+        if exc_type is None:
+            conn.execute("RELEASE op" if self._nested else "COMMIT")
+            return
+        with contextlib.suppress(sqlite3.Error):
+            if self._nested:
                 conn.execute("ROLLBACK TO op")
                 conn.execute("RELEASE op")
-            raise
-        conn.execute("RELEASE op")
-        return
-    # Writers take the write lock up front (no deadlock-prone lock upgrade); readers get a snapshot.
-    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+            else:
+                conn.execute("ROLLBACK")
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -764,28 +807,46 @@ def _append(
     user_id: str,
     session_id: str,
     bodies: list[str],
-    changed: dict[str, Any] | None,
+    changed: dict[str, str] | None,
     expected: int,
 ) -> int:
-    key = (agent, user_id, session_id)
     with _transaction(conn, write=True):
-        now = time.time()
-        if expected > 0 and _RETURNING and (not changed or _JSON_SET):
-            count = _bump(conn, key, len(bodies), now, changed, expected)
-            if count is None:  # not at `expected` (or gone, or its document is not an object): say which
-                row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC, key).fetchone()
-                current = 0 if row is None else int(row[0])
-                if row is not None and current == expected:
-                    _parse_doc(row[2], user_id, session_id)  # raises for what json_set could not merge into
-                    raise StateStoreError(f"stored state of session {session_id!r} of user {user_id!r} is corrupt")
-                raise _conflict(user_id, session_id, current, expected)
-            revision = expected + 1
-        else:
-            revision, count = _append_slow(conn, key, len(bodies), now, changed, expected)
-        if len(bodies) == 1:
-            conn.execute(_INSERT_MESSAGE, (*key, count, bodies[0]))
-        elif bodies:
-            conn.executemany(_INSERT_MESSAGE, [(*key, count + i, body) for i, body in enumerate(bodies)])
+        return _append_in(conn, agent, user_id, session_id, bodies, changed, expected)
+
+
+def _append_in(
+    conn: sqlite3.Connection,
+    agent: str,
+    user_id: str,
+    session_id: str,
+    bodies: list[str],
+    changed: dict[str, str] | None,
+    expected: int,
+) -> int:
+    """`_append` in the transaction the caller holds, without a savepoint of its own.
+
+    Its own errors (a revision conflict, a corrupt row) are raised before it writes anything, so such
+    an append leaves the transaction as it found it; a SQLite error may come after a write, so the
+    caller must then roll back the whole transaction (`InlineRunner.run_many` does).
+    """
+    key = (agent, user_id, session_id)
+    now = time.time()
+    if expected > 0 and _RETURNING and (not changed or _JSON_SET):
+        count = _bump(conn, key, len(bodies), now, changed, expected)
+        if count is None:  # not at `expected` (or gone, or its document is not an object): say which
+            row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC, key).fetchone()
+            current = 0 if row is None else int(row[0])
+            if row is not None and current == expected:
+                _parse_doc(row[2], user_id, session_id)  # raises for what json_set could not merge into
+                raise StateStoreError(f"stored state of session {session_id!r} of user {user_id!r} is corrupt")
+            raise _conflict(user_id, session_id, current, expected)
+        revision = expected + 1
+    else:
+        revision, count = _append_slow(conn, key, len(bodies), now, changed, expected)
+    if len(bodies) == 1:
+        conn.execute(_INSERT_MESSAGE, (*key, count, bodies[0]))
+    elif bodies:
+        conn.executemany(_INSERT_MESSAGE, [(*key, count + i, body) for i, body in enumerate(bodies)])
     return revision
 
 
@@ -794,7 +855,7 @@ def _bump(
     key: tuple[str, str, str],
     added: int,
     now: float,
-    changed: dict[str, Any] | None,
+    changed: dict[str, str] | None,
     expected: int,
 ) -> int | None:
     """Move the session from revision `expected` to the next, in one statement; the first new seq, or None.
@@ -807,8 +868,8 @@ def _bump(
     if changed:
         doc = ", doc = json_set(doc" + ", ?, json(?)" * len(changed) + ")"
         only_objects = " AND json_type(doc) = 'object'"  # json_set on anything else would ignore the fields
-        for name, value in changed.items():
-            params += (f"$.{name}", _json.dumps(value))
+        for name, text in changed.items():
+            params += (f"$.{name}", text)
     row = conn.execute(
         f"UPDATE sessions SET revision = revision + 1, message_count = message_count + ?, updated_at = ?{doc}"
         f" WHERE {_KEY} AND revision = ?{only_objects} RETURNING message_count",
@@ -822,31 +883,34 @@ def _append_slow(
     key: tuple[str, str, str],
     added: int,
     now: float,
-    changed: dict[str, Any] | None,
+    changed: dict[str, str] | None,
     expected: int,
 ) -> tuple[int, int]:
-    """A new session's first append (or an append on an SQLite without RETURNING/json_set): (revision, seq)."""
+    """A new session's first append (or an append on an SQLite without RETURNING/json_set): (revision, seq).
+
+    A new session is one ``INSERT ... ON CONFLICT DO NOTHING`` (no read first); the row is read only
+    when it turns out to exist.
+    """
     agent, user_id, session_id = key
+    if expected == 0:
+        doc = {**_new_doc(), "agent": agent, "user_id": user_id, "session_id": session_id, "created_at": now}
+        doc.update(_parsed(changed), revision=1, updated_at=now)
+        inserted = conn.execute(
+            "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at,"
+            " updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (*key, _json.dumps(doc), added, now, now),
+        )
+        if inserted.rowcount == 1:
+            return 1, 0
     row = conn.execute(_SELECT_FOR_APPEND_WITH_DOC if changed else _SELECT_FOR_APPEND, key).fetchone()
     current = 0 if row is None else int(row[0])
-    if current != expected:
+    if current != expected or row is None:
         raise _conflict(user_id, session_id, current, expected)
     revision = current + 1
-    if row is None:
-        doc = encode_state(
-            AgentState(agent=agent, user_id=user_id, session_id=session_id, created_at=now), include_messages=False
-        )
-        doc.update(changed or {}, revision=revision, updated_at=now)
-        conn.execute(
-            "INSERT INTO sessions (agent, user_id, session_id, revision, doc, message_count, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (*key, revision, _json.dumps(doc), added, now, now),
-        )
-        return revision, 0
     count = int(row[1])
     if changed:
         doc = _parse_doc(row[2], user_id, session_id)
-        doc.update(changed, revision=revision, updated_at=now)
+        doc.update(_parsed(changed), revision=revision, updated_at=now)
         conn.execute(
             f"UPDATE sessions SET revision = ?, message_count = ?, updated_at = ?, doc = ? WHERE {_KEY}",
             (revision, count + added, now, _json.dumps(doc), *key),
@@ -857,6 +921,17 @@ def _append_slow(
             (revision, count + added, now, *key),
         )
     return revision, count
+
+
+@functools.cache
+def _new_doc() -> dict[str, Any]:
+    """The document of a session with nothing but defaults (identity and times are filled in per session)."""
+    return encode_state(AgentState(), include_messages=False)
+
+
+def _parsed(changed: dict[str, str] | None) -> dict[str, Any]:
+    """Changed fields (JSON text, see `encode_fields_json`) as values, for a document written whole."""
+    return {name: _json.loads(text) for name, text in changed.items()} if changed else {}
 
 
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentrt import _json
 from agentrt.errors import (
     AuthenticationError,
     ContextWindowExceededError,
@@ -71,6 +72,12 @@ def body(
     """Format a request and check it against the official request schema."""
     fmt = fmt or ChatCompletionsFormat()
     out = fmt.body(model, messages, tools or [], options or GenerateOptions(), stream=stream, stream_usage=True)
+    # What the model sends is `encode`: the same body, with each message's JSON cached.
+    for _ in range(2):  # encoded fresh, then from the cache
+        sent, streaming = fmt.encode(
+            model, messages, tools or [], options or GenerateOptions(), stream=stream, stream_usage=True
+        )
+        assert sent == _json.dumps_bytes(out) and streaming is (out.get("stream") is True)
     # Round-trip through JSON: what is validated and compared is exactly what goes on the wire.
     wire: dict[str, Any] = json.loads(json.dumps(out))
     openai_schema.assert_valid(wire)
@@ -522,6 +529,25 @@ def test_formatted_messages_are_cached_by_identity() -> None:
     assert first[0] is again[0]  # not re-formatted
     changed = history[0].replace(content=[TextBlock(text="uno")])  # same id, new object
     assert fmt.messages([changed])[0]["content"] == "uno"
+
+
+def test_encoded_messages_are_cached_as_json_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    fmt = ChatCompletionsFormat()
+    history = [Msg.user("one"), Msg(role="assistant", content=[ToolUseBlock(id="c1", name="get_weather", input={})])]
+    formatted: list[str] = []
+    message = ChatCompletionsFormat.message
+
+    def counting(self: ChatCompletionsFormat, msg: Msg) -> list[dict[str, Any]]:
+        formatted.append(msg.id)
+        return message(self, msg)
+
+    monkeypatch.setattr(ChatCompletionsFormat, "message", counting)
+    first, _ = fmt.encode("gpt-4o", history, [], GenerateOptions(), stream=False, stream_usage=False)
+    history.append(Msg(role="user", content=[ToolResultBlock(id="c1", name="get_weather", output="sunny")]))
+    second, _ = fmt.encode("gpt-4o", history, [], GenerateOptions(), stream=False, stream_usage=False)
+    assert formatted == [m.id for m in history], "each message is formatted and encoded once"
+    assert json.loads(second)["messages"][:2] == json.loads(first)["messages"]
+    assert all(isinstance(v, bytes) for v in fmt._json_cache.values()), "cached as bytes, not as dicts"
 
 
 def test_unknown_option_keyword_is_a_user_error() -> None:

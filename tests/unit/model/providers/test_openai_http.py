@@ -430,6 +430,61 @@ async def test_server_that_ignores_stream_true(server: FakeOpenAI, models: list[
     assert (await make(models, server).generate([Msg.user("x")])).text == "I do not stream."
 
 
+def comparable(chunks: list[ChatResponse] | None) -> list[tuple[Any, ...]]:
+    assert chunks is not None
+    return [(c.text, c.thinking, c.tool_calls, c.finish_reason, c.usage) for c in chunks]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        raw_reply(200, completion({"content": "Whole."})),
+        sse(text_stream("Folded from a plain body.")),  # SSE frames to a request that asked for JSON
+        sse(call_stream([("call_3", "get_weather", ['{"city": ', '"Rome"}'])])),
+    ],
+)
+async def test_a_whole_reply_is_what_the_stream_yields(
+    server: FakeOpenAI, models: list[Any], reply: Callable[[web.Request, FakeOpenAI], Awaitable[web.StreamResponse]]
+) -> None:
+    model = make(models, server, stream=False)
+    server.add(reply, reply)
+    whole = await model.whole_reply([Msg.user("x")], [WEATHER])
+    streamed = await collect(model, [Msg.user("x")], [WEATHER])
+    assert comparable(whole) == comparable(streamed)
+    assert server.requests[0] == server.requests[1] and "stream" not in server.requests[0]
+
+
+async def test_a_streamed_call_has_no_whole_reply(server: FakeOpenAI, models: list[Any]) -> None:
+    assert await make(models, server).whole_reply([Msg.user("x")]) is None  # streams unless told otherwise
+    quiet = GenerateOptions(incremental=False)
+    assert await make(models, server, stream=True).whole_reply([Msg.user("x")], options=quiet) is None
+
+    class OwnStream(OpenAIChatModel):
+        async def stream(
+            self, messages: Any, tools: Any = (), options: GenerateOptions | None = None
+        ) -> AsyncIterator[ChatResponse]:
+            yield ChatResponse(text="mine", finish_reason="stop")
+
+    own = OwnStream("gpt-4o", base_url=server.url, api_key=KEY)
+    models.append(own)
+    assert await own.whole_reply([Msg.user("x")], options=quiet) is None, "a subclass's own stream is used"
+    assert server.requests == []
+
+
+async def test_whole_reply_errors_are_typed(server: FakeOpenAI, models: list[Any]) -> None:
+    server.add(error_reply(401, f"Incorrect API key provided: {KEY}.", code="invalid_api_key"))
+    with pytest.raises(AuthenticationError) as info:
+        await make(models, server, stream=False).whole_reply([Msg.user("x")])
+    assert KEY not in str(info.value)
+    refused = OpenAIChatModel("gpt-4o", base_url=refused_url(), api_key=KEY, stream=False)
+    models.append(refused)
+    with pytest.raises(ModelConnectionError, match="cannot connect"):
+        await refused.whole_reply([Msg.user("x")])
+    server.add(sse([chunk({"content": "Hel"})], done=False))
+    with pytest.raises(ModelConnectionError, match="ended before the reply was complete"):
+        await make(models, server, stream=False).whole_reply([Msg.user("x")])
+
+
 # --------------------------------------------------------------------------------------------------
 # typed errors
 # --------------------------------------------------------------------------------------------------
@@ -681,6 +736,39 @@ def weather_agent(model: Any) -> ReActAgent:
     toolkit = Toolkit()
     toolkit.register(get_weather)
     return ReActAgent(name="assistant", sys_prompt="You are a helpful assistant.", model=model, toolkit=toolkit)
+
+
+async def test_an_agent_call_nobody_streams_reads_whole_replies(
+    server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_stream(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a call nobody streams is read whole, through no async generator")
+
+    monkeypatch.setattr(OpenAIChatModel, "stream", no_stream)
+    monkeypatch.setattr(RetryModel, "stream", no_stream)
+    server.add(
+        raw_reply(
+            200,
+            completion(
+                {
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                    ],
+                },
+                "tool_calls",
+            ),
+        ),
+        raw_reply(200, completion({"content": "It is sunny."})),
+    )
+    model = model_from_id("openai:gpt-4o-mini", base_url=server.url, api_key=KEY)  # in a RetryModel
+    assert isinstance(model, RetryModel)
+    try:
+        reply = await weather_agent(model).call("Weather?", RuntimeContext(user_id="u", session_id="whole"))
+    finally:
+        await model.aclose()
+    assert reply.text == "It is sunny."
+    assert [r.get("stream") for r in server.requests] == [None, None]
 
 
 async def test_react_agent_end_to_end(server: FakeOpenAI) -> None:
