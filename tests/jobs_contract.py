@@ -276,6 +276,7 @@ async def check_the_event_source_numbers_frames_and_stops_at_the_end(make: MakeB
         assert await source.next_frames(1.0) is None
         resumed = JobEventSource(jobs, job.id, after=1)  # a reconnect with Last-Event-ID <job>:1
         assert await resumed.next_frames(1.0) == [frames[1]]
+        assert await JobEventSource(jobs, "no-such-job").next_frames(0.05) is None
 
 
 async def check_a_job_that_keeps_killing_its_workers_ends_with_an_error(make: MakeBackend) -> None:

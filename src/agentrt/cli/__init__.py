@@ -45,6 +45,8 @@ def build_app() -> "typer.Typer":
     """The typer application (built once, on first use)."""
     import typer
 
+    from agentrt.cli.worker import LeaseOption, LogTtlOption
+
     app = typer.Typer(
         name="agentrt",
         help="agentrt: an async agent runtime.",
@@ -142,17 +144,8 @@ def build_app() -> "typer.Typer":
         ] = "agentrt",
         workers: Annotated[int, typer.Option(min=0, help="Job workers in this process (with --jobs).")] = 1,
         concurrency: Annotated[int, typer.Option(min=1, help="Jobs each worker runs at once (with --jobs).")] = 8,
-        lease: Annotated[
-            float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
-        ] = 10.0,
-        log_ttl: Annotated[
-            float,
-            typer.Option(
-                min=1.0,
-                help="Seconds a run's job and event log are kept after their last write (with --jobs).",
-                envvar="AGENTRT_JOBS_LOG_TTL",
-            ),
-        ] = 24 * 3600.0,
+        lease: LeaseOption = 10.0,
+        log_ttl: LogTtlOption = 24 * 3600.0,
         max_runs_per_user: Annotated[
             int,
             typer.Option(

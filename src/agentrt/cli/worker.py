@@ -9,7 +9,22 @@ import typer
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["build_worker_command"]
+__all__ = ["LeaseOption", "LogTtlOption", "build_worker_command"]
+
+
+LeaseOption = Annotated[
+    float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
+]
+"""``--lease``, shared by ``serve`` and ``worker``."""
+LogTtlOption = Annotated[
+    float,
+    typer.Option(
+        min=1.0,
+        help="Seconds a run's job and event log are kept after their last write (with --jobs).",
+        envvar="AGENTRT_JOBS_LOG_TTL",
+    ),
+]
+"""``--log-ttl``, shared by ``serve`` and ``worker``."""
 
 
 def build_worker_command() -> Callable[..., None]:
@@ -32,17 +47,8 @@ def build_worker_command() -> Callable[..., None]:
         ] = None,
         workers: Annotated[int, typer.Option(min=1, help="Worker loops in this process.")] = 1,
         concurrency: Annotated[int, typer.Option(min=1, help="Jobs each worker runs at once.")] = 8,
-        lease: Annotated[
-            float, typer.Option(min=0.5, help="Seconds a dead worker keeps its job before another takes it over.")
-        ] = 10.0,
-        log_ttl: Annotated[
-            float,
-            typer.Option(
-                min=1.0,
-                help="Seconds a run's job and event log are kept after their last write (with --jobs).",
-                envvar="AGENTRT_JOBS_LOG_TTL",
-            ),
-        ] = 24 * 3600.0,
+        lease: LeaseOption = 10.0,
+        log_ttl: LogTtlOption = 24 * 3600.0,
         grace: Annotated[
             float, typer.Option(min=0.0, help="Seconds to finish running jobs on SIGTERM before handing them back.")
         ] = 10.0,
