@@ -30,7 +30,7 @@ from agentrt.server._errors import ApiError, redact_secrets
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, BodyTooLargeError, header_safe, id_problem, read_body
 from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
-from agentrt.server.jobs import END_EVENT, DurableRuns, JobRunError
+from agentrt.server.jobs import DurableRuns
 from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
 from agentrt.tool.questions import QuestionPolicy
@@ -347,28 +347,7 @@ class ServerContext:
         self.ensure_accepting()
         assert self.jobs is not None
         job = await self.jobs.submit(agent_name, user_id, session_id, input)
-        return self._decoded(job.id)
-
-    async def _decoded(self, job_id: str) -> AsyncIterator[ev.AgentEvent]:
-        assert self.jobs is not None
-        backend, after = self.jobs.backend, 0
-        failed: ev.RunError | None = None  # the last run end was an error (a subagent's may be followed by more)
-        while True:
-            frames = await backend.read(job_id, after, block=15.0)
-            if frames is None:
-                raise ApiError(500, f"run {job_id} is unknown or expired", code="run_failed")
-            for frame in frames:
-                after = frame.seq
-                if frame.event_type == END_EVENT:
-                    if failed is not None:
-                        raise JobRunError(failed.error or "the run failed", error_type=failed.error_type)
-                    return
-                event = ev.event_from_dict(_json.loads(frame.data))
-                if isinstance(event, ev.RunError):
-                    failed = event
-                elif isinstance(event, ev.RunFinished):
-                    failed = None
-                yield event
+        return self.jobs.agent_events(job.id)
 
     async def job_events(
         self, agent_name: str, user_id: str, session_id: str, job_id: str, after: int

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from agentrt import events as ev
@@ -157,38 +157,46 @@ class DurableRuns:
         return JobEventSource(self.backend, job_id, after)
 
     async def result(self, job: Job, *, poll: float = 5.0) -> Msg:
-        """Wait for the job's run to end; its reply.
-
-        The run's own end is the last ``run_finished`` / ``run_error`` before the log's end (a
-        subagent's come earlier, with its own `source`; the served name may differ from the
-        agent's `name`).
+        """Wait for the job's run to end; its reply (the last ``run_finished`` before the log's end).
 
         Raises:
             JobRunError: the run failed (its error's type and message), or its log expired.
         """
+        reply: Msg | None = None
+        async for event in self.agent_events(job.id, poll=poll):
+            if isinstance(event, ev.RunFinished):
+                reply = event.msg
+        if reply is None:
+            raise JobRunError("the run ended without a reply")
+        return reply
+
+    async def agent_events(self, job_id: str, *, poll: float = 15.0) -> AsyncIterator[ev.AgentEvent]:
+        """The run's events as objects, read back from its log, until its end.
+
+        The run's own end is the last ``run_finished`` / ``run_error`` before the log's end (a
+        subagent's come earlier; the served name may differ from the agent's `name`): when that is
+        an error, `JobRunError` (its type and message) is raised after the events.
+        """
         from agentrt import _json
 
         after = 0
-        finished: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
+        failed: ev.RunError | None = None
         while True:
-            frames = await self.backend.read(job.id, after, block=poll)
+            frames = await self.backend.read(job_id, after, block=poll)
             if frames is None:
-                raise JobRunError(f"run {job.id} is unknown or expired")
+                raise JobRunError(f"run {job_id} is unknown or expired")
             for frame in frames:
                 after = frame.seq
-                if frame.event_type == ev.RunFinished.type:
-                    finished, error = _json.loads(frame.data), None
-                elif frame.event_type == ev.RunError.type:
-                    finished, error = None, _json.loads(frame.data)
-                elif frame.event_type == END_EVENT:
-                    if finished is not None:
-                        return Msg.from_dict(finished["msg"])
-                    if error is not None:
-                        raise JobRunError(
-                            str(error.get("error") or "the run failed"), error_type=str(error.get("error_type") or "")
-                        )
-                    raise JobRunError("the run ended without a reply")
+                if frame.event_type == END_EVENT:
+                    if failed is not None:
+                        raise JobRunError(failed.error or "the run failed", error_type=failed.error_type)
+                    return
+                event = ev.event_from_dict(_json.loads(frame.data))
+                if isinstance(event, ev.RunError):
+                    failed = event
+                elif isinstance(event, ev.RunFinished):
+                    failed = None
+                yield event
 
     async def interrupt(self, agent_name: str, user_id: str, session_id: str, message: str | None = None) -> bool:
         """Interrupt the user's running run of the session, on whichever replica's worker runs it.
