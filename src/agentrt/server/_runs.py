@@ -24,8 +24,8 @@ __all__ = ["ActiveRun", "RunRegistry", "SessionAddress", "session_address"]
 
 logger = logging.getLogger("agentrt.server")
 
-EventEncoder = Callable[[ev.AgentEvent], tuple[str, bytes]]
-ErrorEncoder = Callable[[BaseException], tuple[str, bytes]]
+EventEncoder = Callable[[ev.AgentEvent], bytes]
+ErrorEncoder = Callable[[BaseException], bytes]
 SessionAddress = tuple[str, str, str]
 """(the agent's state key, user id, session id): a session as the store addresses it."""
 
@@ -102,53 +102,28 @@ class RunRegistry:
         encode: EventEncoder,
         encode_error: ErrorEncoder,
     ) -> LiveRun:
-        """Start ``agent.stream_events`` in a task that fills a `LiveRun` buffer clients read from."""
+        """Start the agent's run in a task that fills a `LiveRun` buffer clients read from.
+
+        `encode` gives an event's SSE data (its type names the frame); `encode_error` the
+        ``run_error`` data for a failure the agent did not report itself.
+        """
         key = session_address(agent, ctx)
         live = LiveRun(key, agent_name, uuid.uuid4().hex[:16], capacity=self.buffer_size, grace=self.disconnect_grace)
-        entry: ActiveRun
-
-        ended = False
-
-        def on_event(event: ev.AgentEvent) -> None:
-            nonlocal ended
-            if isinstance(event, ev.RunStarted) and event.source == agent.name:
-                entry.started = True
-            elif isinstance(event, (ev.RunFinished, ev.RunError)) and event.source == agent.name:
-                ended = True
-            live.push(*encode(event))
-
-        async def pump() -> None:
-            # Agents whose events come from `AgentBase.stream_events` push them straight into the
-            # buffer (no queue, no generator, one task switch less per event); an agent that streams
-            # its own way (a pipeline) is iterated.
-            stream = None if _pushes_events(agent) else agent.stream_events(input, ctx)
-            try:
-                if stream is None:
-                    await agent.run_with_events(input, ctx, on_event)
-                else:
-                    async for event in stream:
-                        on_event(event)
-            except Exception as exc:
-                if not ended:
-                    live.push(*encode_error(exc))
-                logger.warning("run %s failed: %s: %s", live.token, type(exc).__name__, exc)
-            finally:
-                if stream is not None:
-                    await aclose(stream)
-                live.close()
-                self._active.discard(entry)
-                runs = self._live.get(key)
-                if runs is not None:
-                    runs.pop(live.token, None)
-                    if not runs:
-                        del self._live[key]
-
-        task = asyncio.get_running_loop().create_task(pump())
-        live.task = task
-        entry = ActiveRun(agent, ctx, task, live=live)
-        self._active.add(entry)
+        pump = _LivePump(self, agent, ctx, input, live, encode, encode_error)
+        task = asyncio.get_running_loop().create_task(pump.run())
+        live.task = pump.entry.task = task
+        self._active.add(pump.entry)
         self._live.setdefault(key, {})[live.token] = live
         return live
+
+    def _finished(self, entry: ActiveRun, live: LiveRun) -> None:
+        self._active.discard(entry)
+        key = session_address(entry.agent, entry.ctx)
+        runs = self._live.get(key)
+        if runs is not None:
+            runs.pop(live.token, None)
+            if not runs:
+                del self._live[key]
 
     def find_live(self, key: SessionAddress, token: str | None = None) -> LiveRun | None:
         """The live run of a session: the one with `token`, or the most recent."""
@@ -187,6 +162,70 @@ class RunRegistry:
                 task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait(pending, timeout=max(1.0, timeout / 2))
+
+
+class _LivePump:
+    """One streamed run: runs the agent and pushes each event into its `LiveRun` as it happens.
+
+    A slotted object rather than closures: it is alive for the whole run, so under a burst of
+    streamed runs every object it saves is one the garbage collector does not scan again and again.
+    """
+
+    __slots__ = ("agent", "ctx", "encode", "encode_error", "ended", "entry", "input", "live", "registry")
+
+    def __init__(
+        self,
+        registry: RunRegistry,
+        agent: AgentBase,
+        ctx: RuntimeContext,
+        input: AgentInput,
+        live: LiveRun,
+        encode: EventEncoder,
+        encode_error: ErrorEncoder,
+    ) -> None:
+        self.registry = registry
+        self.agent = agent
+        self.ctx = ctx
+        self.input = input
+        self.live = live
+        self.encode = encode
+        self.encode_error = encode_error
+        self.ended = False
+        self.entry = ActiveRun(agent, ctx, _NO_TASK, live=live)  # its task is set by `start_live`
+
+    def on_event(self, event: ev.AgentEvent) -> None:
+        if type(event) is not ev.TextDelta:
+            if isinstance(event, ev.RunStarted):
+                if event.source == self.agent.name:
+                    self.entry.started = True
+            elif isinstance(event, (ev.RunFinished, ev.RunError)) and event.source == self.agent.name:
+                self.ended = True
+        self.live.push(event.type, self.encode(event))
+
+    async def run(self) -> None:
+        agent, live = self.agent, self.live
+        # Agents whose events come from `AgentBase.stream_events` push them straight into the
+        # buffer (no queue, no generator, one task switch less per event); an agent that streams
+        # its own way (a pipeline) is iterated.
+        stream = None if _pushes_events(agent) else agent.stream_events(self.input, self.ctx)
+        try:
+            if stream is None:
+                await agent.run_with_events(self.input, self.ctx, self.on_event)
+            else:
+                async for event in stream:
+                    self.on_event(event)
+        except Exception as exc:
+            if not self.ended:
+                live.push(ev.RunError.type, self.encode_error(exc))
+            logger.warning("run %s failed: %s: %s", live.token, type(exc).__name__, exc)
+        finally:
+            if stream is not None:
+                await aclose(stream)
+            live.close()
+            self.registry._finished(self.entry, live)
+
+
+_NO_TASK: Any = None
 
 
 def _holds_session(run: ActiveRun) -> bool:

@@ -58,6 +58,11 @@ class FrameSource(Protocol):
         """The response is over (finished, or the client went away): release what the source holds."""
         ...
 
+    @property
+    def exhausted(self) -> bool:
+        """True once every frame has been handed out and no more will come (the last batch ends the body)."""
+        ...
+
 
 _END: Any = object()
 
@@ -137,6 +142,11 @@ class IteratorSource:
                 return frames
             item = queue.get_nowait()
 
+    @property
+    def exhausted(self) -> bool:
+        queue = self._queue
+        return queue.qsize() == 1 and queue._queue[0] is _END  # type: ignore[attr-defined]
+
     async def aclose(self) -> None:
         pump = self._pump
         if pump is None:
@@ -146,6 +156,17 @@ class IteratorSource:
             pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pump
+
+
+_TYPE_BYTES: dict[str, bytes] = {}
+"""Event types as bytes, for `LiveRun.push` (a handful of names; bounded below)."""
+
+
+def _type_bytes(event_type: str) -> bytes:
+    encoded = event_type.encode()
+    if len(_TYPE_BYTES) < 256:
+        _TYPE_BYTES[event_type] = encoded
+    return encoded
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:
@@ -171,6 +192,7 @@ class LiveRun:
         "_grace_handle",
         "_next_seq",
         "_readers",
+        "_token_bytes",
         "_waiters",
         "agent_name",
         "grace",
@@ -183,6 +205,7 @@ class LiveRun:
         self.key = key
         self.agent_name = agent_name
         self.token = token
+        self._token_bytes = token.encode()
         self.grace = grace
         self.task: asyncio.Task[Any] | None = None
         self._capacity = max(1, capacity)
@@ -199,9 +222,15 @@ class LiveRun:
         """Append one event as a numbered frame and wake the readers."""
         seq = self._next_seq
         self._next_seq = seq + 1
-        self._frames.append((seq, encode_frame(event_type, data, f"{self.token}:{seq}")))
-        self._trim()
-        self._notify()
+        kind = _TYPE_BYTES.get(event_type)
+        if kind is None:
+            kind = _type_bytes(event_type)
+        # The same bytes as `encode_frame(event_type, data, f"{token}:{seq}")`, in one step.
+        self._frames.append((seq, b"id: %s:%d\nevent: %s\ndata: %s\n\n" % (self._token_bytes, seq, kind, data)))
+        if len(self._frames) > self._capacity:
+            self._trim()
+        if self._waiters:
+            self._notify()
 
     def close(self) -> None:
         """No more frames will come."""
@@ -302,22 +331,37 @@ class LiveRun:
 class LiveRunReader:
     """One client's position in a `LiveRun`."""
 
-    __slots__ = ("_done", "_run", "position")
+    __slots__ = ("_done", "_fresh", "_run", "position")
 
     def __init__(self, run: LiveRun, after: int) -> None:
         self._run = run
         self.position = after
         """The sequence number of the last frame handed out."""
         self._done = False
+        self._fresh = True
 
     async def next_frames(self, timeout: float) -> list[bytes] | None:
-        numbered = await self._run.read(self.position, timeout)
+        run = self._run
+        if self._fresh:
+            self._fresh = False
+            if run._next_seq - 1 <= self.position and not run._closed:
+                # A run just started is a task queued behind this one: let it take its first step
+                # (it sends ``run_started`` before its first real wait) and come back in the same
+                # pass of the event loop, rather than wait to be woken in the next one. Under a
+                # burst of requests a pass is long: this halves the time to the first event.
+                await asyncio.sleep(0)
+        numbered = await run.read(self.position, timeout)
         if numbered is None:
             return None
         if numbered:
             self.position = numbered[-1][0]
             self._run._trim()
         return [frame for _, frame in numbered]
+
+    @property
+    def exhausted(self) -> bool:
+        run = self._run
+        return run._closed and self.position >= run._next_seq - 1
 
     async def aclose(self) -> None:
         if not self._done:
@@ -355,30 +399,49 @@ class EventStreamResponse(Response):
             frames = await source.next_frames(heartbeat)
             if frames is None:
                 break
+            if frames and source.exhausted:
+                # The last frames end the body in the same write (no separate empty last chunk).
+                await send({"type": "http.response.body", "body": b"".join(frames), "more_body": False})
+                return
             body = b"".join(frames) if frames else _PING
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The frames are sent from the request's own task; a watcher task waits for the client's
+        # disconnect and cancels it (one task per response rather than a sender, a watcher and a
+        # wait). Its cancellation is taken back the way `asyncio.timeout` does it, so one from
+        # elsewhere (the server shutting down) still goes through.
+        current = asyncio.current_task()
+        assert current is not None
+        base = current.cancelling()
+        gone = sending = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            if sending:
+                current.cancel()
+
+        watcher: asyncio.Task[None] | None = None
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-
-            loop = asyncio.get_running_loop()
-            sender = loop.create_task(self._send_frames(send))
-            watcher = loop.create_task(watch())
+            watcher = asyncio.get_running_loop().create_task(watch())
+            sending = True
             try:
-                await asyncio.wait((sender, watcher), return_when=asyncio.FIRST_COMPLETED)
+                await self._send_frames(send)
+            except asyncio.CancelledError:
+                if not gone or current.uncancel() > base:
+                    raise
+            except OSError:
+                pass  # a failed send: the client went away
             finally:
-                for task in (sender, watcher):
-                    task.cancel()
-                for task in (sender, watcher):
-                    with contextlib.suppress(asyncio.CancelledError, OSError):
-                        await task
+                sending = False  # no await since the frames ended: the watcher cannot cancel us past here
         finally:
+            if watcher is not None:
+                watcher.cancel()  # not awaited: it only reads `receive`, and a wait here could eat a shutdown's cancel
             await self.source.aclose()
         if self.background is not None:
             await self.background()

@@ -326,5 +326,10 @@ class JobEventSource:
             return None
         return frames
 
+    @property
+    def exhausted(self) -> bool:
+        """The log's end marker came with the frames just handed out."""
+        return self._done
+
     async def aclose(self) -> None:
         self._done = True
