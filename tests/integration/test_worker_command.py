@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,6 +68,9 @@ async def test_the_worker_command_runs_jobs_and_drains_on_sigterm(
         reply = await asyncio.wait_for(runs.result(job), 20)
         assert reply.text == "echoed"
         assert await runs.depth() == 0
+        store = sys.modules[agents_module].agent.state_store  # the worker's agent, imported in this process
+        recorded = await store.list_runs("alice", "s", agent="echo")
+        assert [r.reply_id for r in recorded] == [reply.id], "the worker records the run's timeline, as a server does"
         os.kill(os.getpid(), signal.SIGTERM)  # the command's own handler: stop claiming, drain, close
         await asyncio.wait_for(task, 20)
     finally:

@@ -56,14 +56,13 @@ def build_worker_command() -> Callable[..., None]:
         """Run agents' jobs from the shared backend until SIGTERM (then drain: finish or hand back)."""
         import asyncio
 
-        from rich.console import Console
-
+        from agentrt.cli._output import print_error
         from agentrt.errors import AgentrtError
 
         try:
             asyncio.run(_work(target, jobs, jobs_prefix, store, workers, concurrency, lease, grace, log_ttl))
         except AgentrtError as exc:
-            Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            print_error(exc)
             raise typer.Exit(1) from None
 
     return worker
@@ -84,12 +83,14 @@ async def _work(
     import logging
     import signal
 
+    from agentrt.middleware.timeline import enable_run_records
     from agentrt.server._serve import load_agents
     from agentrt.server.app import _normalise_agents
     from agentrt.server.context import encode_event
     from agentrt.server.jobs import DurableRuns
     from agentrt.server.jobs.factory import jobs_from_url
     from agentrt.state import store_from_url
+    from agentrt.state.runs import RunRetention
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     agents = _normalise_agents(load_agents(target))
@@ -104,6 +105,10 @@ async def _work(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    retention = RunRetention.from_env()  # the same run timelines as a server records (docs/server.md)
+    if retention is not None:
+        for agent in agents.values():
+            enable_run_records(agent, retention)
     runs.start(agents, encode_event)
     logging.getLogger("agentrt.server").info("worker started: %d loop(s) on %s", workers, ", ".join(agents))
     await stop.wait()

@@ -23,6 +23,7 @@ from agentrt.message import Msg, TokenUsage, ToolResultBlock, ToolUseBlock
 from agentrt.middleware.base import Middleware
 from agentrt.model.base import ChatModel, GenerateOptions, ModelRequest
 from agentrt.model.pricing import cost_of
+from agentrt.telemetry import ids
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
@@ -197,6 +198,9 @@ class TracingMiddleware(Middleware):
     - ``execute_tool {tool}`` around each tool run: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
       ``gen_ai.tool.type``; a result that is not a success sets ``error.type`` to its state.
 
+    Every span carries ``agentrt.reply_id`` and ``agentrt.timeline.span_id``: the ids of the bar
+    the run record (`agentrt.middleware.timeline.RunRecorder`) has for the same call or step.
+
     Exceptions are recorded on the span that saw them (exception event, ``error.type``, ERROR
     status) and re-raised. Message contents, tool arguments and results are attached only with
     ``capture_content=True`` (``gen_ai.input.messages``, ``gen_ai.output.messages``,
@@ -250,7 +254,8 @@ class TracingMiddleware(Middleware):
             t.USER_ID: run.user_id,
             t.GEN_AI_PROVIDER_NAME: provider,
             t.GEN_AI_REQUEST_MODEL: model,
-            "agentrt.reply_id": run.reply_id,
+            ids.REPLY_ID: run.reply_id,
+            ids.SPAN_ID: ids.call_span_id(run.reply_id),
         }
         if agent.description:
             attributes[t.GEN_AI_AGENT_DESCRIPTION] = agent.description
@@ -285,6 +290,9 @@ class TracingMiddleware(Middleware):
             t.GEN_AI_REQUEST_MODEL: model,
             t.GEN_AI_CONVERSATION_ID: run.session_id,
             "agentrt.step": run.step,
+            # the ids of the run record's bar for this call (`agentrt.telemetry.ids`)
+            ids.REPLY_ID: run.reply_id,
+            ids.SPAN_ID: ids.model_span_id(run.reply_id, run.requests + 1),
         }
         self._add_request_options(attributes, request.options)
         with self._span(f"chat {model}", attributes, client=True) as span:
@@ -358,6 +366,8 @@ class TracingMiddleware(Middleware):
             t.GEN_AI_TOOL_NAME: call.name,
             t.GEN_AI_TOOL_CALL_ID: call.id,
             t.GEN_AI_CONVERSATION_ID: run.session_id,
+            ids.REPLY_ID: run.reply_id,
+            ids.SPAN_ID: ids.tool_span_id(run.reply_id, call.id),
         }
         executor = run.executor
         tool = executor.lookup(call.name) if executor is not None else None

@@ -76,6 +76,141 @@ SSE_EVENT: dict[str, Any] = {
 }
 
 
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
+_RUN_SCHEMAS: dict[str, Any] = {
+    "RunTotals": {
+        "type": "object",
+        "description": "What a run spent: model and tool calls, tokens, cost (null when a call's price is "
+        "unknown), time in its calls (`busy_ms`) and waiting for approvals or external results (`wait_ms`).",
+        "properties": {
+            "model_calls": {"type": "integer"},
+            "tool_calls": {"type": "integer"},
+            "input_tokens": {"type": "integer"},
+            "output_tokens": {"type": "integer"},
+            "cost_usd": _NUMBER_OR_NULL,
+            "busy_ms": {"type": "number"},
+            "wait_ms": {"type": "number"},
+        },
+    },
+    "RunSpan": {
+        "type": "object",
+        "description": "One bar of the timeline. `kind`: `call` (one request of the run), `model` (a model call), "
+        "`tool` (a tool execution), `approval` / `external` (a wait for the user's approval or an external "
+        "result). Times are milliseconds from the run's start; `end_ms` is null while a wait is open.",
+        "required": ["id", "kind", "reply_id", "start_ms"],
+        "properties": {
+            "id": {"type": "string", "description": "Also the `agentrt.timeline.span_id` of its OpenTelemetry span."},
+            "kind": {"type": "string", "enum": ["call", "model", "tool", "approval", "external"]},
+            "reply_id": {"type": "string", "description": "The call the bar belongs to."},
+            "start_ms": {"type": "number"},
+            "end_ms": _NUMBER_OR_NULL,
+            "parent": {"type": "string", "description": "A tool's bar: the model call that asked for it."},
+            "status": {"type": "string"},
+            "input": {"type": "string"},
+            "step": {"type": "integer"},
+            "model": {"type": "string"},
+            "served_by": {"type": "string", "description": "The model that answered (a fallback's, after one)."},
+            "input_tokens": _INT_OR_NULL,
+            "output_tokens": _INT_OR_NULL,
+            "cost_usd": _NUMBER_OR_NULL,
+            "finish_reason": {"type": ["string", "null"]},
+            "tool_calls": {"type": "array", "items": {"type": "string"}},
+            "retries": {"type": "integer"},
+            "fallback": {"type": "boolean"},
+            "request": {
+                "type": "object",
+                "description": "What the model saw: its messages (the newest; `omitted` older ones), tool names.",
+            },
+            "response": {"type": "object", "description": "What the model answered."},
+            "name": {"type": "string"},
+            "tool_call_id": {"type": "string"},
+            "state": {"type": "string"},
+            "arguments": {"description": "The tool's arguments (bounded, redacted)."},
+            "result": {"type": "string", "description": "The tool's result as text (bounded, redacted)."},
+            "decision": {"type": ["string", "null"], "description": "`approved`, `denied` or `result: <state>`."},
+            "reason": {"type": "string"},
+            "error": {"type": ["object", "null"]},
+        },
+    },
+    "RunMark": {
+        "type": "object",
+        "description": "An instant of the timeline: `retry` and `fallback` (on the model call `span`), `compression`.",
+        "required": ["kind", "at_ms"],
+        "properties": {
+            "kind": {"type": "string", "enum": ["retry", "fallback", "compression"]},
+            "at_ms": {"type": "number"},
+            "span": {"type": "string"},
+            "reply_id": {"type": "string"},
+        },
+    },
+    "RunTimeline": {
+        "type": "object",
+        "description": 'The timeline of one run (docs/server.md, "Run timelines").',
+        "required": ["schema", "reply_id", "reply_ids", "started_at", "status", "totals", "spans", "marks"],
+        "properties": {
+            "schema": {"type": "string", "description": "`agentrt.run/1`."},
+            "reply_id": {"type": "string", "description": "The run's id: the reply id of its first call."},
+            "reply_ids": {"type": "array", "items": {"type": "string"}},
+            "agent": {"type": "string"},
+            "session_id": {"type": "string"},
+            "started_at": {"type": "number", "description": "Seconds since the epoch."},
+            "ended_at": {"type": "number"},
+            "duration_ms": {"type": "number"},
+            "status": {"type": "string"},
+            "error": {"type": ["object", "null"]},
+            "truncated": {"type": "boolean"},
+            "dropped_spans": {"type": "integer"},
+            "totals": {"$ref": "#/components/schemas/RunTotals"},
+            "spans": {"type": "array", "items": {"$ref": "#/components/schemas/RunSpan"}},
+            "marks": {"type": "array", "items": {"$ref": "#/components/schemas/RunMark"}},
+            "message_ids": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "RunListItem": {
+        "type": "object",
+        "required": ["reply_id", "reply_ids", "started_at", "status", "totals"],
+        "properties": {
+            "reply_id": {"type": "string"},
+            "reply_ids": {"type": "array", "items": {"type": "string"}},
+            "message_ids": {"type": "array", "items": {"type": "string"}},
+            "started_at": {"type": "number"},
+            "ended_at": _NUMBER_OR_NULL,
+            "duration_ms": _NUMBER_OR_NULL,
+            "status": {"type": "string"},
+            "title": {"type": "string"},
+            "totals": {"$ref": "#/components/schemas/RunTotals"},
+            "truncated": {"type": "boolean"},
+        },
+    },
+    "RunList": {
+        "type": "object",
+        "required": ["agent", "session_id", "recording", "runs", "totals"],
+        "properties": {
+            "agent": {"type": "string"},
+            "session_id": {"type": "string"},
+            "recording": {"type": "boolean", "description": "Whether this server records the agent's runs."},
+            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/RunListItem"}},
+            "totals": {
+                "type": "object",
+                "properties": {
+                    "runs": {"type": "integer"},
+                    "duration_ms": {"type": "number"},
+                    "input_tokens": {"type": "integer"},
+                    "output_tokens": {"type": "integer"},
+                    "cost_usd": _NUMBER_OR_NULL,
+                },
+            },
+        },
+    },
+}
+"""The run-timeline responses (plain JSON Schema: the records are built by the recorder, not by models)."""
+
+
+def _ok_schema(name: str, description: str) -> dict[str, Any]:
+    return {"200": {"description": description, "content": {"application/json": {"schema": schema_ref(name)}}}}
+
+
 def schema_ref(model: type[BaseModel] | str) -> dict[str, str]:
     """A ``$ref`` to a component schema."""
     name = model if isinstance(model, str) else model.__name__
@@ -116,6 +251,7 @@ def build_openapi(
 
     _, top = models_json_schema([(model, "validation") for model in _MODELS], ref_template=_REF)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
+    schemas.update(_RUN_SCHEMAS)
     agent_param = {
         "name": "agent",
         "in": "path",
@@ -242,6 +378,45 @@ def build_openapi(
                     **_ok(m.AnswerResponse, "The answer was delivered."),
                     **error_responses(400, *common, 409, 413, 503),
                 },
+            }
+        },
+        base + "/runs": {
+            "get": {
+                "operationId": "listRuns",
+                "summary": "The runs of a session, with their totals",
+                "description": "Each reply of the session (a run: the call that started it and the calls that "
+                "resumed it after approvals), newest first, with its total time, tokens and cost.",
+                "parameters": [
+                    *session_params,
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "description": "At most this many runs (the newest).",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": 10_000},
+                    },
+                ],
+                "responses": {**_ok_schema("RunList", "The runs."), **error_responses(*common, 503)},
+            }
+        },
+        base + "/runs/{reply_id}": {
+            "get": {
+                "operationId": "getRun",
+                "summary": "The timeline of one reply",
+                "description": "The run a reply belongs to (by the reply id of any of its calls): its model calls, "
+                "tool executions and approval waits on one time axis, with tokens, costs, arguments, results and "
+                "what each model call saw (redacted). 404 for an unknown or expired run.",
+                "parameters": [
+                    *session_params,
+                    {
+                        "name": "reply_id",
+                        "in": "path",
+                        "required": True,
+                        "description": "The id of a reply (the `reply_id` of its events, the `id` of its message).",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH},
+                    },
+                ],
+                "responses": {**_ok_schema("RunTimeline", "The run's timeline."), **error_responses(*common, 503)},
             }
         },
         base + "/events": {

@@ -15,24 +15,37 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
-from agentrt.server._auth import ApiKeyAuth, Authenticator, CombinedAuth, RateLimit, RateLimiter, is_configured
+from agentrt.server._auth import (
+    ApiKeyAuth,
+    Authenticator,
+    CombinedAuth,
+    DevAuth,
+    OpenAccessHeader,
+    RateLimit,
+    RateLimiter,
+    is_configured,
+)
 from agentrt.server._errors import exception_handlers
+from agentrt.server._fast import AgentrtApp
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, id_problem
 from agentrt.server._runs import RunRegistry
+from agentrt.server._serve import graceful_server
 from agentrt.server._sse import DEFAULT_HEARTBEAT
 from agentrt.server.context import ServerContext, pending_calls, validation_error
 from agentrt.server.jobs import DurableRuns
 from agentrt.server.routes import service_routes, session_routes
 from agentrt.state.base import AgentStateStore
+from agentrt.state.runs import RunRetention
 
 if TYPE_CHECKING:
     from agentrt.knowledge import Knowledge
 
-__all__ = ["DEFAULT_FACADES", "ServerContext", "create_app", "pending_calls", "validation_error"]
+__all__ = ["DEFAULT_FACADES", "ServerContext", "create_app", "graceful_server", "pending_calls", "validation_error"]
 
 logger = logging.getLogger("agentrt.server")
 
@@ -87,6 +100,7 @@ def create_app(
     knowledge: Knowledge | None = None,
     max_upload_bytes: int = 20 * 1024 * 1024,
     jobs: DurableRuns | None = None,
+    run_records: RunRetention | bool = True,
 ) -> Starlette:
     """The ASGI app serving `agents` over HTTP (see docs/server.md).
 
@@ -116,6 +130,9 @@ def create_app(
             becomes a job in the shared backend, run by a worker of any replica (this process's
             workers start with the app), taken over when its worker dies, its events readable
             from any replica with ``Last-Event-ID``. None: runs execute in this process.
+        run_records: Record each reply's timeline with the session (docs/server.md, "Run timelines"):
+            True (default) with the bounds of `RunRetention.from_env` (``AGENTRT_RUN_RECORDS=off``
+            turns it off), a `RunRetention` for other bounds, False for none.
     """
     named = _normalise_agents(agents)
     auth = _authenticator(api_keys, auth)
@@ -135,8 +152,10 @@ def create_app(
         shutdown_timeout=shutdown_timeout,
         runs=RunRegistry(buffer_size=event_buffer, disconnect_grace=disconnect_grace),
         jobs=jobs,
+        run_records=_run_retention(run_records),
     )
-    routes = session_routes(server)
+    native = session_routes(server)
+    routes = list(native)
     extra_paths: dict[str, Any] = {}
     for facade in facades:
         routes.extend(_load_facade(facade, server, extra_paths))
@@ -156,9 +175,27 @@ def create_app(
         yield
         await server.shutdown()
 
-    app = Starlette(debug=debug, routes=routes, lifespan=lifespan, exception_handlers=exception_handlers())
+    middleware = None
+    if isinstance(auth, DevAuth):  # no credentials needed: tell the web UI not to ask for a key
+        user = auth.principal.user_id
+        logger.warning("no authentication: every request is the user %r (local development only)", user)
+        middleware = [Middleware(OpenAccessHeader)]
+    app = AgentrtApp(
+        debug=debug, routes=routes, lifespan=lifespan, exception_handlers=exception_handlers(), middleware=middleware
+    )
+    app.enable_direct_routes(native)
     app.state.agentrt = server
     return app
+
+
+def _run_retention(setting: RunRetention | bool) -> RunRetention | None:
+    if setting is True:
+        return RunRetention.from_env()
+    if setting is False:
+        return None
+    if not isinstance(setting, RunRetention):
+        raise UserError(f"run_records must be True, False or a RunRetention, not {setting!r}")
+    return setting
 
 
 def _authenticator(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,13 +27,14 @@ from agentrt.agent.base import AgentBase, AgentInput
 from agentrt.context import RuntimeContext
 from agentrt.message import Msg
 from agentrt.server._auth import Authenticator, RateLimiter, check_rate, require_scope
-from agentrt.server._errors import ApiError, redact_secrets
+from agentrt.server._errors import ApiError, http_message, redact_secrets
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES, BodyTooLargeError, header_safe, id_problem, read_body
 from agentrt.server._runs import RunRegistry, SessionAddress
 from agentrt.server._sse import DEFAULT_HEARTBEAT, EventStreamResponse, IteratorSource, aclose, encode_frame
 from agentrt.server.jobs import DurableRuns
 from agentrt.state.base import AgentState, AgentStateStore
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall, flatten_pending
+from agentrt.state.runs import RunRetention
 from agentrt.tool.questions import QuestionPolicy
 
 __all__ = ["ServerContext", "citations_of", "encode_event", "pending_calls", "validation_error"]
@@ -63,6 +65,10 @@ class ServerContext:
     runs: RunRegistry = field(default_factory=RunRegistry)
     jobs: DurableRuns | None = None
     """Durable runs (`agentrt.server.jobs`): messages become jobs any replica's worker runs; None: in process."""
+    run_records: RunRetention | None = field(default_factory=lambda: RunRetention.from_env())
+    """Run timelines (`agentrt.middleware.timeline`): recorded for every served agent with these bounds, and
+    served by ``GET .../sessions/{id}/runs``; None: not recorded. Default: `RunRetention` from the environment
+    (``AGENTRT_RUN_RECORDS=off`` turns recording off; see docs/server.md)."""
 
     # -- requests ---------------------------------------------------------------------------------------------
     async def authenticate(self, request: Request, *, scope: str | None = None) -> str:
@@ -224,7 +230,7 @@ class ServerContext:
                 "reply_id": "",
                 "session_id": session_id,
                 "source": agent_name,
-                "error": str(exc) or type(exc).__name__,
+                "error": http_message(str(exc), agent=agent_name, session_id=session_id) or type(exc).__name__,
                 "error_type": type(exc).__name__,
             }
         )
@@ -247,8 +253,8 @@ class ServerContext:
             agent_name,
             ctx,
             input,
-            lambda event: (event.type, self.event_json(agent_name, event)),
-            lambda exc: (ev.RunError.type, self.error_json(agent_name, public, exc)),
+            self.event_bytes,
+            functools.partial(self.error_json, agent_name, public),
         )
         return EventStreamResponse(
             live.reader(0),
@@ -405,7 +411,10 @@ def encode_event(event: ev.AgentEvent) -> bytes:
     data = {"type": event.type}
     for name in names:
         value = getattr(event, name)
-        if type(value) is Msg:
+        if name == "error" and cls is ev.RunError:
+            # The runtime's message may say how to answer in Python (`Msg.confirm`): say it the HTTP way.
+            value = http_message(value, agent=event.source or None, session_id=event.session_id or None)
+        elif type(value) is Msg:
             value = value.to_dict()
         elif type(value) is list and value and all(type(m) is Msg for m in value):
             value = [m.to_dict() for m in value]

@@ -1,4 +1,4 @@
-"""The native ``/v1`` REST routes (sessions, messages, approvals, questions, events) and the service routes.
+"""The native ``/v1`` REST routes (sessions, messages, approvals, questions, events, run timelines), service routes.
 
 Service routes: ``/openapi.json``, ``/healthz``, ``/readyz``, ``/metrics`` (with the telemetry
 extra) and the web UI.
@@ -7,6 +7,7 @@ extra) and the web UI.
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ from agentrt import _json
 from agentrt.agent.base import AgentBase, AgentInput
 from agentrt.errors import InvalidAnswerError, UserError
 from agentrt.message import Msg, ToolResultBlock, block_from_dict
+from agentrt.middleware.timeline import enable_run_records, timeline_view
 from agentrt.permission import ConfirmResult
 from agentrt.server._auth import Scope
 from agentrt.server._errors import ApiError, InvalidParameterError, json_response
-from agentrt.server._limits import header_safe, parse_last_event_id, parse_uint
+from agentrt.server._limits import header_safe, id_problem, parse_last_event_id, parse_uint
 from agentrt.server._models import (
     AnswerRequest,
     ConfirmRequest,
@@ -33,6 +35,7 @@ from agentrt.server._openapi import build_openapi
 from agentrt.server._sse import EventStreamResponse
 from agentrt.server.context import ServerContext, pending_calls
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
+from agentrt.state.runs import MAX_REPLY_ID_CHARS, RunInfo, find_run, supports_run_records
 from agentrt.tool.questions import ElicitationAnswer
 
 __all__ = ["SessionRoutes", "service_routes", "session_routes"]
@@ -43,7 +46,10 @@ _DELETE_LOCK_TIMEOUT = 5.0
 
 
 def session_routes(server: ServerContext) -> list[BaseRoute]:
-    """The native ``/v1`` routes."""
+    """The native ``/v1`` routes; with ``server.run_records``, every served agent records its runs' timelines."""
+    if server.run_records is not None:
+        for agent in server.agents.values():
+            enable_run_records(agent, server.run_records)
     api = SessionRoutes(server)
     session = "/v1/agents/{agent}/sessions/{session_id}"
     return [
@@ -58,6 +64,8 @@ def session_routes(server: ServerContext) -> list[BaseRoute]:
         Route(session + "/questions", api.get_questions, methods=["GET"]),
         Route(session + "/answers", api.post_answer, methods=["POST"]),
         Route(session + "/events", api.get_events, methods=["GET"]),
+        Route(session + "/runs", api.list_runs, methods=["GET"]),
+        Route(session + "/runs/{reply_id}", api.get_run, methods=["GET"]),
     ]
 
 
@@ -331,6 +339,56 @@ class SessionRoutes:
             headers={"X-Session-Id": header_safe(session_id), "X-Run-Id": live.token},
         )
 
+    # -- run timelines ---------------------------------------------------------------------------------
+    def _fresh(self, started_at: float) -> bool:
+        """Whether a run that started at `started_at` is within the retention age (older ones are not shown)."""
+        retention = self.server.run_records
+        return retention is None or retention.max_age is None or started_at >= time.time() - retention.max_age
+
+    async def list_runs(self, request: Request) -> Response:
+        """The runs of the caller's session, newest first, each with its total time, tokens and cost."""
+        user_id, name, agent, session_id = await self._target(request, Scope.SESSIONS_READ)
+        limit = _int_query(request, "limit", default=None, low=0, high=10_000)
+        await self.server.ownership_check(user_id, name, session_id)
+        store: Any = agent.state_store
+        infos: list[RunInfo] = []
+        if supports_run_records(store):
+            infos = await store.list_runs(user_id, session_id, agent=self.server.state_key(agent), limit=limit)
+        runs = [_run_item(info) for info in infos if self._fresh(info.started_at)]
+        costs = [run["totals"].get("cost_usd") for run in runs]
+        totals = {
+            "runs": len(runs),
+            "duration_ms": round(sum(float(run["duration_ms"] or 0) for run in runs), 3),
+            "input_tokens": sum(int(run["totals"].get("input_tokens") or 0) for run in runs),
+            "output_tokens": sum(int(run["totals"].get("output_tokens") or 0) for run in runs),
+            "cost_usd": round(sum(c for c in costs if isinstance(c, int | float)), 12)
+            if runs and all(isinstance(c, int | float) for c in costs)
+            else None,
+        }
+        return json_response(
+            {
+                "agent": name,
+                "session_id": session_id,
+                "recording": self.server.run_records is not None and supports_run_records(store),
+                "runs": runs,
+                "totals": totals,
+            }
+        )
+
+    async def get_run(self, request: Request) -> Response:
+        """The timeline of one run (by the reply id of any of its calls): 404 unknown, too old or someone else's."""
+        user_id, name, agent, session_id = await self._target(request, Scope.SESSIONS_READ)
+        reply_id = request.path_params["reply_id"]
+        state = await self.server.ownership_check(user_id, name, session_id)
+        store: Any = agent.state_store
+        stored = None
+        if not id_problem("reply id", reply_id) and len(reply_id) <= MAX_REPLY_ID_CHARS and supports_run_records(store):
+            stored = await find_run(store, user_id, session_id, reply_id, agent=self.server.state_key(agent))
+        record = stored.record() if stored is not None and self._fresh(stored.started_at) else None
+        if not record:
+            raise ApiError(404, "no such run in this session", code="run_not_found", param="reply_id")
+        return json_response(timeline_view(record, state.messages, self.server.run_records))
+
     async def list_sessions(self, request: Request) -> Response:
         user_id = await self.server.authenticate(request, scope=Scope.SESSIONS_READ)
         name = request.path_params["agent"]
@@ -363,6 +421,24 @@ def _not_open(question_id: str, waiting: list[str]) -> ApiError:
         code="question_not_open",
         param="question_id",
     )
+
+
+def _run_item(info: RunInfo) -> dict[str, Any]:
+    """One run of a session listing: its ids, times, status and totals (from its stored summary)."""
+    summary = info.summary
+    totals = summary.get("totals")
+    return {
+        "reply_id": info.reply_id,
+        "reply_ids": info.reply_ids,
+        "message_ids": [i for i in summary.get("message_ids") or () if isinstance(i, str)],
+        "started_at": info.started_at,
+        "ended_at": summary.get("ended_at"),
+        "duration_ms": summary.get("duration_ms"),
+        "status": str(summary.get("status") or ""),
+        "title": str(summary.get("title") or ""),
+        "totals": totals if isinstance(totals, dict) else {},
+        "truncated": bool(summary.get("truncated")),
+    }
 
 
 def _msg_from_json(item: Any, where: str) -> Msg:

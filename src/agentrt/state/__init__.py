@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from agentrt.errors import UserError
+from agentrt.errors import MissingExtraError, UserError
 from agentrt.state.base import AgentState, AgentStateStore, BaseStateStore, SessionInfo
 from agentrt.state.pending import Pending, PendingCall, flatten_pending
 from agentrt.state.stores.memory import InMemoryStateStore
@@ -58,9 +58,10 @@ def __getattr__(name: str) -> Any:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        extra = {"RedisStateStore": "redis", "SqlStateStore": "sql"}.get(name, "")
-        hint = f"; install it with pip install 'agentrt[{extra}]'" if extra else ""
-        raise ImportError(f"{name} needs a package that is not installed ({exc.name}){hint}") from exc
+        extra = {"RedisStateStore": "redis", "SqlStateStore": "sql"}.get(name)
+        if extra is None:
+            raise
+        raise MissingExtraError(name, extra, exc.name) from exc
 
 
 def default_state_url() -> str:
@@ -105,11 +106,9 @@ def store_from_url(url: str, **options: Any) -> AgentStateStore:
             raise UserError(f"file URL {url!r} names no directory; use file:///path/to/dir")
         return JsonFileStateStore(os.path.expanduser(root), **options)
     if scheme in ("redis", "rediss", "unix"):
-        from agentrt.state.stores.redis import RedisStateStore
-
-        return RedisStateStore(url, **options)
+        store: AgentStateStore = __getattr__("RedisStateStore")(url, **options)  # names the extra when missing
+        return store
     if scheme.startswith(("postgresql", "postgres", "mysql", "mariadb")):
-        from agentrt.state.stores.sql import SqlStateStore
-
-        return SqlStateStore(url, **options)
+        store = __getattr__("SqlStateStore")(url, **options)
+        return store
     raise UserError(f"unknown state store URL scheme {scheme!r} in {url!r}")

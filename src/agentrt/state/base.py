@@ -17,6 +17,7 @@ from agentrt.errors import InvalidTypeError, InvalidValueError, StateConflictErr
 from agentrt.message import Msg
 from agentrt.state.cache import SessionCache
 from agentrt.state.locks import LocalSessionLocks, SessionLockHold
+from agentrt.state.runs import DEFAULT_MAX_RUNS, RunInfo, RunRecordStore, StoredRun, check_stored_run
 from agentrt.state.session import (
     LEGACY_AGENT,
     STATE_FIELDS,
@@ -34,8 +35,11 @@ __all__ = [
     "AgentState",
     "AgentStateStore",
     "BaseStateStore",
+    "RunInfo",
+    "RunRecordStore",
     "SessionInfo",
     "StateView",
+    "StoredRun",
     "check_agent",
     "check_expected_revision",
     "check_idle_ttl",
@@ -60,6 +64,10 @@ class AgentStateStore(Protocol):
     `InvalidValueError` before anything is written) and raise `StateConflictError` if the stored revision differs. A
     session that does not exist has revision 0. Implement this protocol (or subclass
     `BaseStateStore`) and run `agentrt.testing.check_state_store` against your backend.
+
+    A store may also keep the run records of its sessions (`agentrt.state.runs.RunRecordStore`:
+    ``save_run``, ``get_run``, ``list_runs``, with ``supports_run_records = True``); every built-in
+    store does, and deletes a session's records with the session.
     """
 
     async def load(self, user_id: str, session_id: str, *, agent: str = "") -> AgentState | None:
@@ -209,6 +217,38 @@ class BaseStateStore(abc.ABC):
         if locks is None:
             locks = self._locks = LocalSessionLocks()
         return locks.hold((check_agent(agent), user_id, session_id), timeout=timeout)
+
+    # -- run records (`agentrt.state.runs`) ----------------------------------------------------------
+
+    supports_run_records: bool = False
+    """Whether the store keeps run records (every built-in store does; this generic base keeps none)."""
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """Store the record of `run.reply_id` with its session (see `RunRecordStore.save_run`).
+
+        This generic version keeps nothing and returns False: backends override it.
+        """
+        check_stored_run(run)
+        return False
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None (this generic version keeps none)."""
+        return None
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first (this generic version keeps none)."""
+        return []
 
     # -- retention --------------------------------------------------------------------------------
 
@@ -387,6 +427,11 @@ class BaseStateStore(abc.ABC):
                 await self.save(replace(state, agent=agent, session_id=target), expected_revision=0)
             except StateConflictError:
                 return False
+            if self.supports_run_records:  # the run records move with their session
+                for info in reversed(await self.list_runs(user_id, session_id)):
+                    stored = await self.get_run(user_id, session_id, info.reply_id)
+                    if stored is not None:
+                        await self.save_run(user_id, target, stored, agent=agent, max_runs=None)
             await self.delete(user_id, session_id)
         return True
 

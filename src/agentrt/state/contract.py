@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentrt import _json
 from agentrt.errors import (
     InvalidTypeError,
     InvalidValueError,
@@ -30,6 +31,7 @@ from agentrt.message import (
 )
 from agentrt.state.base import MAX_REVISION, AgentState, AgentStateStore
 from agentrt.state.pending import Pending, PendingCall
+from agentrt.state.runs import StoredRun, find_run, supports_run_records
 from agentrt.state.session import CONTEXT_MIN_MESSAGES
 
 __all__ = ["check_state_store"]
@@ -106,7 +108,11 @@ async def check_state_store(
     that have ``prune`` and ``delete_user`` (every `BaseStateStore`) their retention: pruned and
     deleted sessions are gone whole (a session created again at their address starts empty),
     locked ones are skipped, other users' and fresher sessions stay. Prunes are always limited to
-    the check's own users or agents, never the whole database.
+    the check's own users or agents, never the whole database. Stores with
+    ``supports_run_records`` get their run records checked (`agentrt.state.runs`): saved, listed
+    newest first and read back exactly, bounded in number and age per session, never visible to
+    another user, agent or session, and deleted with their session (delete, prune, delete_user,
+    idle expiry; moved with it by `migrate_legacy`).
 
     ``idle_ttl_factory(seconds)`` (sync or async), when given, makes a store with
     ``idle_ttl=seconds`` over the same data as `factory` (or a fresh one, for in-memory stores):
@@ -291,6 +297,8 @@ async def _run_checks(store: AgentStateStore, factory: StoreFactory, persistent:
         await _check_context(store, f"context-{run}")
     agents_user = f"agents-{run}"
     await _check_agents(store, agents_user)
+    if supports_run_records(store):
+        await _check_runs(store, factory, persistent, f"runs-{run}")
     if hasattr(store, "migrate_legacy"):
         await _check_migration(store, f"legacy-{run}")
     if hasattr(store, "prune"):
@@ -556,6 +564,7 @@ async def _check_migration(store: Any, user: str) -> None:
     """`migrate_legacy` moves the agent's legacy sessions ("<agent>:<sid>", and unprefixed ones on request)."""
     assert isinstance(store.has_legacy_sessions, bool), "has_legacy_sessions must be a bool"
     await store.append(user, "alpha:one", [Msg.user("server one")], expected_revision=0)
+    await _add_run(store, user, "alpha:one")
     await store.append(user, "alpha:two", [Msg.user("two")], fields={"summary": "sum"}, expected_revision=0)
     await store.append(user, "alpha:two", [Msg.assistant("two again")], expected_revision=1)
     for sid in ("beta:one", "plain", "x:y", "alpha:taken"):
@@ -570,6 +579,9 @@ async def _check_migration(store: Any, user: str) -> None:
     assert one is not None and [m.text for m in one.messages] == ["server one"], "a moved session keeps its messages"
     assert two is not None and [m.text for m in two.messages] == ["two", "two again"] and two.summary == "sum"
     assert (one.agent, one.session_id) == ("alpha", "one"), "a moved session has its new address"
+    if supports_run_records(store):
+        moved_run = await store.get_run(user, "one", _RUN_ID, agent="alpha")
+        assert moved_run is not None and moved_run.reply_id == _RUN_ID, "a moved session keeps its run records"
     assert await store.load(user, "alpha:one") is None, "a moved session leaves the legacy namespace"
     taken = await store.load(user, "taken", agent="alpha")
     assert taken is not None and taken.messages[0].text == "alpha's own", "migration must not overwrite a session"
@@ -607,7 +619,126 @@ async def _is_empty_again(store: Any, user: str, session: str, agent: str, what:
     assert rev == 1 and state is not None, f"{what}: the session must start again at revision 1"
     assert [m.text for m in state.messages] == ["anew"], f"{what}: nothing of the old session may be left"
     assert state.pending is None and state.summary is None, f"{what}: no field of the old session may be left"
+    if supports_run_records(store):
+        assert await store.list_runs(user, session, agent=agent) == [], f"{what}: no run record may be left"
+        assert await store.get_run(user, session, _RUN_ID, agent=agent) is None, f"{what}: no run record may be left"
     await store.delete(user, session, agent=agent)
+
+
+_RUN_ID = "run-of-the-session"
+"""The reply id of the run record the retention checks give each session (when the store keeps them)."""
+
+
+async def _add_run(store: Any, user: str, session: str, agent: str = "") -> None:
+    """Give a session a run record (stores that keep them), so that its deletion can be checked."""
+    if supports_run_records(store):
+        saved = await store.save_run(user, session, _stored_run(_RUN_ID, time.time()), agent=agent)
+        assert saved is True, "save_run on an existing session must return True"
+
+
+def _stored_run(reply_id: str, started_at: float, note: str = "", **summary: Any) -> StoredRun:
+    body = _json.dumps({"schema": "agentrt.run/1", "reply_id": reply_id, "note": f"naïve café ☕ {note}"})
+    return StoredRun(reply_id, started_at, {"status": "completed", "reply_ids": [reply_id], **summary}, body)
+
+
+async def _check_runs(store: Any, factory: StoreFactory, persistent: bool, user: str) -> None:
+    """Run records: kept with their session, listed newest first, bounded, private, deleted with the session."""
+    other = f"{user}-other"
+    await _expect(InvalidTypeError, store.save_run(user, "r", {"reply_id": "x"}), "save_run of a dict")
+    await _expect(InvalidValueError, store.save_run(user, "r", StoredRun("", 1.0)), "save_run with an empty reply id")
+    await _expect(InvalidValueError, store.save_run(user, "r", _stored_run("x", 1.0), max_runs=0), "max_runs=0")
+    assert await store.save_run(user, "r", _stored_run("r0", 1.0), agent="ra") is False, "no session: not saved"
+    assert await store.list_runs(user, "r", agent="ra") == [], "a run of a missing session must not be stored"
+    await store.append(user, "r", [Msg.user("hi")], expected_revision=0, agent="ra")
+    assert await store.save_run(user, "r", _stored_run("r0", 1.0)) is False, "another agent's session: not saved"
+    now = time.time()
+    runs = [_stored_run(f"r{i}", now - 30 + 10 * i, str(i), tokens=i) for i in (1, 2, 3)]
+    for stored in runs:
+        assert await store.save_run(user, "r", stored, agent="ra") is True, "save_run on an existing session"
+    listed = await store.list_runs(user, "r", agent="ra")
+    assert [i.reply_id for i in listed] == ["r3", "r2", "r1"], f"runs are listed newest first: {listed}"
+    assert [i.summary for i in listed] == [r.summary for r in reversed(runs)], "summaries must round-trip"
+    assert [i.started_at for i in listed] == [r.started_at for r in reversed(runs)], "start times must round-trip"
+    assert [i.reply_id for i in await store.list_runs(user, "r", agent="ra", limit=2)] == ["r3", "r2"], "limit"
+    got = await store.get_run(user, "r", "r2", agent="ra")
+    assert got is not None and (got.reply_id, got.body, got.summary) == ("r2", runs[1].body, runs[1].summary)
+    assert got.record()["note"].endswith("2"), "a record's JSON must round-trip"
+    assert await store.get_run(user, "r", "nope", agent="ra") is None, "an unknown run is None"
+
+    # replaced in place (a run resumed after an approval), found by the reply id of any of its calls
+    resumed = _stored_run("r2", runs[1].started_at, "resumed", reply_ids=["r2", "r2-resumed"])
+    assert await store.save_run(user, "r", resumed, agent="ra") is True
+    got = await store.get_run(user, "r", "r2", agent="ra")
+    assert got is not None and got.body == resumed.body and got.summary == resumed.summary, "save_run replaces"
+    assert len(await store.list_runs(user, "r", agent="ra")) == 3, "a replaced run is listed once"
+    found = await find_run(store, user, "r", "r2-resumed", agent="ra")
+    assert found is not None and found.reply_id == "r2", "a run is found by the reply id of a later call"
+
+    # private: another user, another agent, another session see nothing
+    await store.append(other, "r", [Msg.user("theirs")], expected_revision=0, agent="ra")
+    await store.append(user, "r", [Msg.user("legacy")], expected_revision=0)
+    await store.append(user, "r2", [Msg.user("another session")], expected_revision=0, agent="ra")
+    for who, sid, agent in ((other, "r", "ra"), (user, "r", ""), (user, "r", "rb"), (user, "r2", "ra")):
+        assert await store.list_runs(who, sid, agent=agent) == [], f"{(who, sid, agent)} must not see the runs"
+        assert await store.get_run(who, sid, "r2", agent=agent) is None, f"{(who, sid, agent)} must not read a run"
+        assert await find_run(store, who, sid, "r2-resumed", agent=agent) is None
+
+    # awkward reply ids and a large record
+    awkward = ["a/b", "../x", "ünï ☕", "Case", "case", "x" * 255, "a:b", "sha256:abc"]
+    for i, reply_id in enumerate(awkward):
+        await store.save_run(user, "aw", _stored_run(reply_id, now + i, str(i)), agent="ra", max_runs=None)
+    assert await store.save_run(user, "aw", _stored_run("x", now), agent="ra") is False, "no such session yet"
+    await store.append(user, "aw", [Msg.user("aw")], expected_revision=0, agent="ra")
+    for i, reply_id in enumerate(awkward):
+        await store.save_run(user, "aw", _stored_run(reply_id, now + i, str(i)), agent="ra", max_runs=None)
+    for i, reply_id in enumerate(awkward):
+        got = await store.get_run(user, "aw", reply_id, agent="ra")
+        assert got is not None and got.reply_id == reply_id and got.record()["note"].endswith(str(i)), reply_id
+    listed_ids = [i.reply_id for i in await store.list_runs(user, "aw", agent="ra")]
+    assert listed_ids == list(reversed(awkward)), f"awkward reply ids must be listed as given: {listed_ids}"
+    big = StoredRun("big", now, {"reply_ids": ["big"]}, _json.dumps({"blob": "é" * 300_000}))
+    assert await store.save_run(user, "aw", big, agent="ra", max_runs=None) is True
+    got = await store.get_run(user, "aw", "big", agent="ra")
+    assert got is not None and got.body == big.body, "a large record must round-trip"
+
+    # bounds: at most max_runs per session (the newest), none older than older_than (but the one saved)
+    await store.append(user, "cap", [Msg.user("cap")], expected_revision=0, agent="ra")
+    for i in range(5):
+        await store.save_run(user, "cap", _stored_run(f"c{i}", now + i), agent="ra", max_runs=3)
+    assert [i.reply_id for i in await store.list_runs(user, "cap", agent="ra")] == ["c4", "c3", "c2"], "max_runs"
+    assert await store.get_run(user, "cap", "c0", agent="ra") is None, "an evicted run is gone"
+    await store.save_run(user, "cap", _stored_run("c-old", now - 5000), agent="ra", max_runs=3)
+    listed_ids = [i.reply_id for i in await store.list_runs(user, "cap", agent="ra")]
+    assert listed_ids == ["c4", "c3", "c-old"], f"the run saved is kept, the oldest others go: {listed_ids}"
+    await store.save_run(user, "cap", _stored_run("c5", now + 5), agent="ra", max_runs=None, older_than=1000)
+    listed_ids = [i.reply_id for i in await store.list_runs(user, "cap", agent="ra")]
+    assert listed_ids == ["c5", "c4", "c3"], f"runs older than older_than go: {listed_ids}"
+    await store.save_run(user, "cap", _stored_run("c-ancient", now - 9000), agent="ra", older_than=1000)
+    assert await store.get_run(user, "cap", "c-ancient", agent="ra") is not None, "the run saved is never dropped"
+
+    # a full save keeps the runs; another store instance sees them (persistent backends)
+    await store.save(AgentState(agent="ra", user_id=user, session_id="r", messages=[Msg.user("replaced")]))
+    assert len(await store.list_runs(user, "r", agent="ra")) == 3, "save (a full replace) keeps the run records"
+    if persistent:
+        second = await _make(factory)
+        try:
+            got = await second.get_run(user, "r", "r3", agent="ra")
+            assert got is not None and got.body == runs[2].body, "a second store must see the run records"
+        finally:
+            await second.close()
+
+    # deleted with the session
+    assert await store.delete(user, "r", agent="ra") is True
+    assert await store.get_run(user, "r", "r3", agent="ra") is None, "a deleted session's runs are gone"
+    await _is_empty_again(store, user, "r", "ra", "a deleted session")
+    for u, sid, agent in (
+        (other, "r", "ra"),
+        (user, "r", ""),
+        (user, "r2", "ra"),
+        (user, "aw", "ra"),
+        (user, "cap", "ra"),
+    ):
+        await store.delete(u, sid, agent=agent)
 
 
 async def _check_prune(store: Any, run: str) -> None:
@@ -619,11 +750,13 @@ async def _check_prune(store: Any, run: str) -> None:
         await store.append(
             u, sid, _sample_messages(sid), fields={"summary": "s", "pending": pending}, expected_revision=0, agent=a
         )
+        await _add_run(store, u, sid, a)
     await asyncio.sleep(0.2)
     middle = time.time()
     await asyncio.sleep(0.2)
     for u, sid, a in [(user, "new", ""), (user, "new", agent), (other, "new", agent)]:
         await store.append(u, sid, [Msg.user("new")], expected_revision=0, agent=a)
+    await _add_run(store, user, "new", agent)
 
     def older_than() -> float:
         return time.time() - middle  # the sessions written before `middle` are older than this
@@ -654,6 +787,8 @@ async def _check_prune(store: Any, run: str) -> None:
     for u, sid, a in [(user, "new", ""), (user, "new", agent), (other, "new", agent)]:
         kept = await store.load(u, sid, agent=a)
         assert kept is not None and [m.text for m in kept.messages] == ["new"], "fresher sessions stay as they were"
+    if supports_run_records(store):
+        assert await store.get_run(user, "new", _RUN_ID, agent=agent) is not None, "a fresher session keeps its runs"
     listed = {(s.agent, s.session_id) for s in await store.list_sessions(user)}
     assert listed == {("", "locked"), ("", "new"), (agent, "new")}, f"pruned sessions leave the listing: {listed}"
     for u, sid, a in old[:2] + old[3:]:
@@ -673,8 +808,10 @@ async def _check_delete_user(store: Any, factory: StoreFactory, persistent: bool
         await store.append(
             user, sid, _sample_messages(sid), fields={"pending": pending}, expected_revision=0, agent=agent
         )
+        await _add_run(store, user, sid, agent)
     for agent, sid in [("", "one"), ("alpha", "one")]:
         await store.append(other, sid, [Msg.user(f"theirs {agent}")], expected_revision=0, agent=agent)
+        await _add_run(store, other, sid, agent)
     await store.append(f"{user}x", "one", [Msg.user("a longer id")], expected_revision=0)
     async with store.session_lock(user, "two"):
         deleted = await store.delete_user(user)
@@ -685,6 +822,8 @@ async def _check_delete_user(store: Any, factory: StoreFactory, persistent: bool
     for agent, sid in [("", "one"), ("alpha", "one")]:
         theirs = await store.load(other, sid, agent=agent)
         assert theirs is not None and theirs.messages[0].text == f"theirs {agent}", "another user's sessions stay"
+        if supports_run_records(store):
+            assert await store.get_run(other, sid, _RUN_ID, agent=agent) is not None, "another user's runs stay"
     kept = await store.load(f"{user}x", "one")
     assert kept is not None, "a user whose id starts with the deleted one's keeps their sessions"
     assert await store.delete_user(user) == 0, "deleting a user again deletes nothing"
@@ -711,6 +850,7 @@ async def _check_idle_ttl(idle_factory: IdleStoreFactory, factory: StoreFactory,
         n = CONTEXT_MIN_MESSAGES + 8
         long = [Msg.user(f"m{i}") for i in range(n)]
         await store.append(user, "old", _sample_messages("old"), expected_revision=0)
+        await _add_run(store, user, "old")
         await store.append(user, "view", _sample_messages("view"), expected_revision=0, agent="ia")
         rev = await store.append(user, "context", long, expected_revision=0, agent="ia")
         await store.append(

@@ -13,13 +13,32 @@ export class ApiError extends Error {
   }
 }
 
-/** The API key lives in sessionStorage: it survives reloads of this tab, not the tab itself. */
+/**
+ * Whether the server needs no key (`agentrt serve --dev`: its responses say `X-Agentrt-Auth: none`).
+ * Asked once, on `healthz` (always 200), and only when this tab holds no key yet.
+ */
+async function serverNeedsNoKey() {
+  try {
+    if (sessionStorage.getItem(KEY_STORAGE)) return false;
+    const response = await fetch(new URL("healthz", document.baseURI), { cache: "no-store" });
+    return response.headers.get("x-agentrt-auth") === "none";
+  } catch {
+    return false;
+  }
+}
+const openServer = await serverNeedsNoKey();
+const OPEN_SERVER_KEY = "dev"; // any value: such a server ignores credentials
+
+/**
+ * The API key lives in sessionStorage: it survives reloads of this tab, not the tab itself.
+ * A server that needs no key gets a placeholder, so the UI connects without asking for one.
+ */
 export const apiKey = {
   get() {
     try {
-      return sessionStorage.getItem(KEY_STORAGE) || "";
+      return sessionStorage.getItem(KEY_STORAGE) || (openServer ? OPEN_SERVER_KEY : "");
     } catch {
-      return "";
+      return openServer ? OPEN_SERVER_KEY : "";
     }
   },
   set(value) {
@@ -97,6 +116,16 @@ export class Client {
 
   deleteSession(agent, sessionId) {
     return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}`, { method: "DELETE" });
+  }
+
+  /** The session's runs (replies), newest first, with their totals: {runs: [...], totals, recording}. */
+  listRuns(agent, sessionId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/runs`);
+  }
+
+  /** The timeline of the run a reply belongs to (by the id of the reply, or of one of its messages). */
+  getRun(agent, sessionId, replyId) {
+    return this.json(`agents/${seg(agent)}/sessions/${seg(sessionId)}/runs/${seg(replyId)}`);
   }
 
   /** The questions the session's running call waits for its human to answer (MCP elicitations). */

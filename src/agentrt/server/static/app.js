@@ -1,10 +1,12 @@
-// agentrt web UI: sessions, streaming chat, tool cards with approvals, MCP questions, state inspector.
+// agentrt web UI: sessions, streaming chat, tool cards with approvals, MCP questions, state inspector,
+// run timelines (the waterfall of each reply, and the session's runs with their totals).
 //
 // Everything that comes from the server, the model or a tool is put into the page as text
 // (textContent / text nodes via dom.js), never parsed as HTML.
 
 import { ApiError, Client, apiKey } from "./api.js";
 import { h, setChildren } from "./dom.js";
+import { formatMs, renderTimeline, totalsText } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -31,6 +33,11 @@ const ui = {
   passageTitle: $("passage-title"),
   passageMeta: $("passage-meta"),
   passageText: $("passage-text"),
+  timelineDialog: $("timeline-dialog"),
+  timelineTitle: $("timeline-title"),
+  timelineSummary: $("timeline-summary"),
+  timelineChart: $("timeline-chart"),
+  timelineDetail: $("timeline-detail"),
 };
 
 const client = new Client({ onUnauthorized: () => askForKey("The server rejected the API key. Enter it again.") });
@@ -69,7 +76,9 @@ const app = {
   /** The last failed request outside a run, shown until the next run or session change. */
   problem: "",
   /** Numbers of the latest session-list and state requests: answers can arrive out of order. */
-  latest: { sessions: 0, state: 0 },
+  latest: { sessions: 0, state: 0, runs: 0 },
+  /** The session's runs (GET .../runs), or null before they are loaded (or when the server has none). */
+  runs: null,
 };
 
 let uidCounter = 0;
@@ -828,6 +837,10 @@ class Turn {
     this.body = h("div", { class: "msg-body" });
     this.sources = h("nav", { class: "citations", "aria-label": "Sources", hidden: true });
     this.footer = h("footer", { class: "msg-footer muted" });
+    /** The reply ids of this turn's calls and the ids of its messages: what finds its run's timeline. */
+    this.replyIds = new Set();
+    this.messageIds = [];
+    this.actions = h("div", { class: "msg-actions" });
     this.el = h(
       "article",
       { class: "msg assistant", "aria-label": `${this.source} replied` },
@@ -835,6 +848,7 @@ class Turn {
       this.body,
       this.sources,
       this.footer,
+      this.actions,
     );
     follow(() => ui.log.append(this.el));
     app.turnList.push(this);
@@ -849,6 +863,18 @@ class Turn {
   /** Add an element of this turn (e.g. a question not tied to a tool call). */
   append(el) {
     return this.#add(el);
+  }
+
+  /** Offer this reply's timeline once the reply is complete (or paused) and its run is stored. */
+  showTimelineButton() {
+    if (this.timelineButton || (!this.replyIds.size && !this.messageIds.length)) return;
+    this.timelineButton = h(
+      "button",
+      { type: "button", class: "timeline-open secondary", "aria-label": `Show the timeline of this reply of ${this.source}` },
+      "Timeline",
+    );
+    this.timelineButton.addEventListener("click", () => openTimeline([...this.replyIds, ...[...this.messageIds].reverse()]));
+    this.actions.append(this.timelineButton);
   }
 
   startStep() {
@@ -1074,6 +1100,7 @@ function turnFor(ev) {
   if (!turn) {
     turn = new Turn(ev.source);
     app.turns.set(key, turn);
+    if (ev.reply_id) turn.replyIds.add(ev.reply_id);
   }
   return turn;
 }
@@ -1222,6 +1249,7 @@ function finishTurn(ev) {
     turn.setCitations(msg.metadata && msg.metadata.citations);
     turn.setReportedUsage(msg.metadata && msg.metadata.usage);
     turn.renderFooter(reason);
+    if (ownRun) turn.showTimelineButton();
   }
   if (ownRun && app.run) app.run.finished = reason;
   if (ownRun) for (const question of [...app.questions.values()]) question.settle("ended"); // none outlives its run
@@ -1505,6 +1533,8 @@ async function openSession(sessionId, { keepStatus = false } = {}) {
   if (token !== app.loadToken) return;
   app.state = data ? normaliseState(data) : null;
   if (app.state) renderHistory(app.state);
+  app.runs = null;
+  if (app.state) refreshRuns().then(() => token === app.loadToken && renderInspector());
   if (app.state && app.state.running === true && !app.run) {
     notice("A run is in progress on this session (started elsewhere). Press Refresh to see its result.", "warning");
   }
@@ -1526,11 +1556,13 @@ function renderHistory(state) {
     if (!msg || !Array.isArray(msg.content)) continue;
     if (msg.role === "assistant") {
       if (!turn) turn = new Turn(msg.name || app.agent);
+      if (typeof msg.id === "string" && msg.id) turn.messageIds.push(msg.id);
       for (const block of msg.content) turn.addBlock(block);
       turn.addUsage(msg.usage);
       turn.setReportedUsage(msg.metadata && msg.metadata.usage);
       turn.setCitations(msg.metadata && msg.metadata.citations);
       turn.renderFooter((msg.metadata && msg.metadata.generate_reason) || "stop");
+      turn.showTimelineButton();
     } else if (msg.role === "user") {
       for (const block of msg.content) {
         if (block.type === "tool_result") cardFor(block.id, block.name).setResult(block);
@@ -1547,6 +1579,9 @@ function renderHistory(state) {
   }
   const pending = pendingLeaves(state.pending);
   const last = app.turnList[app.turnList.length - 1];
+  if (last && state.pending && typeof state.pending.reply_id === "string" && state.pending.reply_id) {
+    last.replyIds.add(state.pending.reply_id); // the paused call: its run is stored under its reply id
+  }
   for (const turn of app.turnList) {
     const waiting = pending.length > 0 && turn === last;
     if (!waiting && turn.reason && turn.reason.startsWith("awaiting_")) turn.renderFooter("answered");
@@ -1567,6 +1602,108 @@ function renderHistory(state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Run timelines
+
+/** Open the timeline of the run one of `ids` (reply or message ids, best first) belongs to. */
+async function openTimeline(ids) {
+  const agent = app.agent;
+  const sessionId = app.sessionId;
+  ui.timelineTitle.textContent = "Timeline";
+  ui.timelineSummary.textContent = "Loading…";
+  ui.timelineChart.replaceChildren();
+  ui.timelineDetail.replaceChildren();
+  document.body.dataset.timeline = "loading";
+  if (!ui.timelineDialog.open) ui.timelineDialog.showModal();
+  let record = null;
+  let problem = "";
+  for (const id of [...new Set(ids)].filter(Boolean)) {
+    try {
+      record = await client.getRun(agent, sessionId, id);
+      break;
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) {
+        problem = errorText(err);
+        break;
+      }
+    }
+  }
+  if (!record) {
+    ui.timelineSummary.textContent = problem || "No timeline was recorded for this reply (or it has expired).";
+    document.body.dataset.timeline = "missing";
+    return;
+  }
+  const bars = renderTimeline(ui.timelineChart, ui.timelineDetail, record);
+  const call = (Array.isArray(record.spans) ? record.spans : []).find((span) => span && span.kind === "call");
+  const asked = call && typeof call.input === "string" ? call.input.trim() : "";
+  ui.timelineTitle.textContent = asked ? `Timeline: “${asked.length > 60 ? `${asked.slice(0, 60)}…` : asked}”` : "Timeline";
+  const totals = record.totals || {};
+  ui.timelineSummary.textContent = [
+    `${formatTime(record.started_at)}`,
+    `${formatMs(record.duration_ms)} in total`,
+    `${plural(totals.model_calls || 0, "model call")}, ${plural(totals.tool_calls || 0, "tool call")}`,
+    totals.wait_ms ? `${formatMs(totals.wait_ms)} waiting for you` : "",
+    totalsText(totals),
+    record.status || "",
+    record.truncated ? "some details were cut to keep the record small" : "",
+  ]
+    .filter(Boolean)
+    .join(" · ");
+  ui.timelineDialog.dataset.bars = String(bars);
+  document.body.dataset.timeline = "shown";
+}
+
+/** Load the session's runs (for the inspector's list); null when the server keeps none. */
+async function refreshRuns() {
+  if (!app.connected || !app.agent || !app.sessionId || app.fresh.has(app.sessionId)) {
+    app.runs = null;
+    return;
+  }
+  const seq = ++app.latest.runs;
+  const sessionId = app.sessionId;
+  try {
+    const data = await client.listRuns(app.agent, sessionId);
+    if (seq !== app.latest.runs || sessionId !== app.sessionId) return;
+    app.runs = data && Array.isArray(data.runs) ? data : null;
+  } catch {
+    if (seq === app.latest.runs) app.runs = null; // an older server, or the session is gone
+  }
+}
+
+function runsView() {
+  const data = app.runs;
+  if (!data || !data.runs.length) {
+    return h("span", { class: "muted", "data-field": "runs" }, data && !data.recording ? "not recorded" : "none yet");
+  }
+  const t = data.totals || {};
+  const total = [plural(t.runs || data.runs.length, "run"), `${formatMs(t.duration_ms)} in total`, totalsText(t)].filter(Boolean).join(" · ");
+  return h(
+    "div",
+    { "data-field": "runs" },
+    h("p", { class: "run-totals muted" }, total),
+    h(
+      "ul",
+      { class: "runs-list" },
+      data.runs.map((run) =>
+        h(
+          "li",
+          {},
+          h(
+            "button",
+            { type: "button", class: "run-open", dataset: { replyId: run.reply_id }, onclick: () => openTimeline([run.reply_id]) },
+            h("span", { class: "run-title" }, run.title || run.reply_id),
+            h(
+              "span",
+              { class: "run-meta" },
+              [formatTime(run.started_at), formatMs(run.duration_ms), totalsText(run.totals), run.status].filter(Boolean).join(" · "),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
 // State inspector
 
 async function refreshState() {
@@ -1577,7 +1714,7 @@ async function refreshState() {
   const seq = ++app.latest.state;
   const stale = () => token !== app.loadToken || seq !== app.latest.state; // another session, or a newer state
   try {
-    const data = await client.getSession(app.agent, app.sessionId);
+    const [data] = await Promise.all([client.getSession(app.agent, app.sessionId), refreshRuns()]);
     if (stale()) return;
     app.state = normaliseState(data);
   } catch (err) {
@@ -1670,6 +1807,7 @@ function renderInspector() {
         )
       : h("span", { class: "muted", "data-field": "pending" }, "none"),
   );
+  row("Runs", runsView());
   const questions = Array.isArray(state.questions) ? state.questions : [];
   if (questions.length) {
     row(

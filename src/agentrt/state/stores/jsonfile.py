@@ -9,6 +9,9 @@ Layout::
                           "message_count", "messages_bytes" and "messages_file"; replaced atomically
         messages.jsonl    one `encode_message` JSON text per line, append-only
         .lock             `flock`ed around every revision check + write (cross-process)
+        runs/             the session's run records (`agentrt.state.runs`), written under the same lock:
+            <enc(reply_id)>.json   one record: {"reply_id", "started_at", "summary", "body"}
+            index.json             {reply_id: {"started_at", "summary", "file"}}: the listing (its commit point)
 
 ``state.json`` is the commit record: a load reads exactly ``message_count`` lines (the first
 ``messages_bytes`` bytes) of ``messages_file``, so lines written by an append that crashed before
@@ -52,10 +55,20 @@ from agentrt.state.base import (
     check_agent,
     check_expected_revision,
     check_idle_ttl,
+    check_prune_limit,
     is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks
+from agentrt.state.runs import (
+    DEFAULT_MAX_RUNS,
+    RunInfo,
+    StoredRun,
+    check_max_runs,
+    check_reply_id,
+    check_stored_run,
+    retention_cutoff,
+)
 
 __all__ = ["JsonFileStateStore", "decode_id", "encode_id"]
 
@@ -63,6 +76,8 @@ logger = logging.getLogger("agentrt.state")
 
 STATE_FILE = "state.json"
 LOCK_FILE = ".lock"
+RUNS_DIR = "runs"
+RUNS_INDEX = "index.json"
 FIRST_MESSAGES_FILE = "messages.jsonl"
 AGENT_MARK = "@"
 
@@ -221,6 +236,53 @@ class JsonFileStateStore(BaseStateStore):
         """Delete a session folder (with `cutoff`: only if the session was last written before it)."""
         async with self._write_locks.hold(str(folder)):
             return await asyncio.to_thread(_delete, folder, self._fsync, cutoff)
+
+    # -- run records ----------------------------------------------------------------------
+
+    supports_run_records = True
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """Write the record's file, then the session's run index, under the session's lock."""
+        check_stored_run(run)
+        max_runs = check_max_runs(max_runs)
+        cutoff = retention_cutoff(older_than)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
+        data = _json.dumps_bytes(
+            {"reply_id": run.reply_id, "started_at": float(run.started_at), "summary": run.summary, "body": run.body}
+        )
+        entry = {"started_at": float(run.started_at), "summary": run.summary}
+        ids = (agent, user_id, session_id)
+        async with self._write_locks.hold(str(folder)):
+            return await asyncio.to_thread(
+                _save_run, folder, ids, run.reply_id, entry, data, max_runs, cutoff, self._fsync
+            )
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None."""
+        check_reply_id(reply_id)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
+        return await asyncio.to_thread(_get_run, folder, (agent, user_id, session_id), reply_id)
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first (from its run index)."""
+        limit = check_prune_limit(limit)
+        await self._ready()
+        folder = self.session_path(user_id, session_id, agent=agent)
+        infos = await asyncio.to_thread(_list_runs, folder, (agent, user_id, session_id))
+        return infos[:limit]
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), most recently updated first."""
@@ -537,6 +599,7 @@ def _write_session(
                 raise _conflict(current, expected, user_id, session_id)
             if doc is None:
                 _remove_stray_files(folder, None)  # left by a crashed write or an interrupted delete
+                _remove_runs(folder)
                 if fsync:  # make the new folders themselves durable, up to the root
                     parent = folder.parent
                     while True:
@@ -663,6 +726,7 @@ def _delete(folder: Path, fsync: bool, cutoff: float | None = None) -> bool:
         if existed and fsync:
             _fsync_dir(folder)
         _remove_stray_files(folder, None)
+        _remove_runs(folder)
         (folder / LOCK_FILE).unlink(missing_ok=True)  # waiters notice and lock a fresh file
     except OSError as exc:
         raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
@@ -676,6 +740,147 @@ def _delete(folder: Path, fsync: bool, cutoff: float | None = None) -> bool:
                 raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc
             break
     return existed
+
+
+def _remove_runs(folder: Path) -> None:
+    """Remove the session folder's run records (its session is gone, or being created anew)."""
+    runs = folder / RUNS_DIR
+    try:
+        with os.scandir(runs) as entries:
+            names = [entry.name for entry in entries]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        (runs / name).unlink(missing_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        runs.rmdir()
+
+
+def _replace_file(path: Path, data: bytes, fsync: bool) -> None:
+    """Write `path` atomically (a temp file in the same folder, then `os.replace`)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_runs_index(runs: Path) -> dict[str, Any]:
+    try:
+        index = _json.loads((runs / RUNS_INDEX).read_bytes())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise StateStoreError(f"run index {str(runs / RUNS_INDEX)!r} is corrupt: {exc}") from exc
+    return index if isinstance(index, dict) else {}
+
+
+def _run_order(item: tuple[str, Any]) -> tuple[float, str]:
+    reply_id, entry = item
+    started = entry.get("started_at") if isinstance(entry, dict) else None
+    return (float(started) if isinstance(started, int | float) else 0.0, reply_id)
+
+
+def _save_run(
+    folder: Path,
+    ids: Ids,
+    reply_id: str,
+    entry: dict[str, Any],
+    data: bytes,
+    max_runs: int | None,
+    cutoff: float | None,
+    fsync: bool,
+) -> bool:
+    """Write one run record of an existing session (False if it does not exist); the index is the commit point."""
+    try:
+        fd_lock = _open_locked(folder, create=False)
+        if fd_lock is None:
+            return False
+        try:
+            doc = _read_doc(folder)
+            if doc is None:
+                return False
+            _check_ids(folder, doc, ids)
+            runs = folder / RUNS_DIR
+            runs.mkdir(exist_ok=True)
+            index = _read_runs_index(runs)
+            name = encode_id(reply_id) + ".json"
+            _replace_file(runs / name, data, fsync)
+            index[reply_id] = {**entry, "file": name}
+            others = sorted((item for item in index.items() if item[0] != reply_id), key=_run_order, reverse=True)
+            doomed = [rid for rid, _ in others if cutoff is not None and _run_order((rid, index[rid]))[0] < cutoff]
+            kept = [rid for rid, _ in others if rid not in doomed]
+            if max_runs is not None:
+                doomed += kept[max_runs - 1 :]
+            files = [index.pop(rid).get("file") for rid in doomed]
+            _replace_file(runs / RUNS_INDEX, _json.dumps_bytes(index), fsync)
+            for file in files:
+                if isinstance(file, str) and file != name and _SAFE_RUN_FILE.fullmatch(file):
+                    (runs / file).unlink(missing_ok=True)
+            if fsync:
+                _fsync_dir(runs)
+        finally:
+            os.close(fd_lock)
+    except OSError as exc:
+        raise StateStoreError(f"cannot write a run record in {_where(folder)}: {exc}") from exc
+    return True
+
+
+_SAFE_RUN_FILE = re.compile(r"[a-z0-9_~-]{1,250}\.json")
+
+
+def _session_there(folder: Path, ids: Ids) -> bool:
+    doc = _read_doc(folder)
+    if doc is None:
+        return False
+    _check_ids(folder, doc, ids)
+    return True
+
+
+def _get_run(folder: Path, ids: Ids, reply_id: str) -> StoredRun | None:
+    try:
+        if not _session_there(folder, ids):
+            return None
+        raw = (folder / RUNS_DIR / (encode_id(reply_id) + ".json")).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise StateStoreError(f"cannot read a run record in {_where(folder)}: {exc}") from exc
+    try:
+        stored = _json.loads(raw)
+        if not isinstance(stored, dict) or stored.get("reply_id") != reply_id:
+            return None
+        summary = stored.get("summary")
+        return StoredRun(
+            reply_id, float(stored["started_at"]), summary if isinstance(summary, dict) else {}, str(stored["body"])
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateStoreError(f"run record {reply_id!r} in {_where(folder)} is corrupt: {exc}") from exc
+
+
+def _list_runs(folder: Path, ids: Ids) -> list[RunInfo]:
+    try:
+        if not _session_there(folder, ids):
+            return []
+        index = _read_runs_index(folder / RUNS_DIR)
+    except NotADirectoryError:
+        return []
+    except OSError as exc:
+        raise StateStoreError(f"cannot read the run records in {_where(folder)}: {exc}") from exc
+    infos = []
+    for reply_id, entry in sorted(index.items(), key=_run_order, reverse=True):
+        summary = entry.get("summary") if isinstance(entry, dict) else None
+        infos.append(RunInfo(reply_id, _run_order((reply_id, entry))[0], summary if isinstance(summary, dict) else {}))
+    return infos
 
 
 def _remove_user_leftovers(root: Path, user_dir: str) -> None:
@@ -692,6 +897,7 @@ def _remove_user_leftovers(root: Path, user_dir: str) -> None:
                 if (folder / STATE_FILE).exists():
                     continue  # a session (written meanwhile)
                 _remove_stray_files(folder, None)
+                _remove_runs(folder)
                 (folder / LOCK_FILE).unlink(missing_ok=True)
             except OSError as exc:
                 raise StateStoreError(f"cannot delete {_where(folder)}: {exc}") from exc

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentrt import _json
 from agentrt.errors import StateConflictError, UserError
 from agentrt.message import Msg
 from agentrt.state.base import (
@@ -18,11 +19,21 @@ from agentrt.state.base import (
     check_agent,
     check_expected_revision,
     check_idle_ttl,
+    check_prune_limit,
     check_since_index,
     is_idle,
 )
 from agentrt.state.cache import SessionCache
 from agentrt.state.pending import Pending
+from agentrt.state.runs import (
+    DEFAULT_MAX_RUNS,
+    RunInfo,
+    StoredRun,
+    check_max_runs,
+    check_reply_id,
+    check_stored_run,
+    retention_cutoff,
+)
 
 __all__ = ["InMemoryStateStore"]
 
@@ -35,8 +46,14 @@ class InMemoryStateStore(BaseStateStore):
             (see `BaseStateStore.idle_ttl`); None keeps sessions until deleted.
     """
 
+    supports_run_records = True
+
     def __init__(self, *, idle_ttl: float | None = None) -> None:
         self._sessions: dict[tuple[str, str, str], AgentState] = {}
+        self._runs: dict[tuple[str, str, str], dict[str, tuple[float, str, str]]] = {}
+        """Run records per session (`agentrt.state.runs`): they go with the session."""
+        self._oldest_run: dict[tuple[str, str, str], float] = {}
+        """The earliest start among each session's run records (eviction by age without a scan)."""
         # the sessions already are decoded objects in this process: a cache would only double them
         self._session_cache = SessionCache(max_bytes=0)
         self._idle_ttl = check_idle_ttl(idle_ttl)
@@ -46,6 +63,7 @@ class InMemoryStateStore(BaseStateStore):
         stored = self._sessions.get(key)
         if stored is not None and self._idle_ttl is not None and is_idle(stored.updated_at, self._idle_cutoff()):
             del self._sessions[key]
+            self._drop_runs(key)
             return None
         return stored
 
@@ -122,8 +140,77 @@ class InMemoryStateStore(BaseStateStore):
         return new.revision
 
     async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
-        """Remove the session."""
-        return self._sessions.pop((check_agent(agent), user_id, session_id), None) is not None
+        """Remove the session (and its run records)."""
+        key = (check_agent(agent), user_id, session_id)
+        self._drop_runs(key)
+        return self._sessions.pop(key, None) is not None
+
+    def _drop_runs(self, key: tuple[str, str, str]) -> None:
+        self._runs.pop(key, None)
+        self._oldest_run.pop(key, None)
+
+    # -- run records ----------------------------------------------------------------------------------
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """Keep the record with its session (False if the session does not exist), evicting old ones.
+
+        Kept as ``(started_at, summary JSON, record JSON)`` tuples of plain values: the garbage
+        collector stops scanning them, however many records a process holds.
+        """
+        check_stored_run(run)
+        max_runs = check_max_runs(max_runs)
+        cutoff = retention_cutoff(older_than)
+        key = (check_agent(agent), user_id, session_id)
+        if self._live(key) is None:
+            return False
+        runs = self._runs.setdefault(key, {})
+        started = float(run.started_at)
+        runs[run.reply_id] = (started, _json.dumps(run.summary), run.body)
+        oldest = self._oldest_run.get(key)
+        oldest = started if oldest is None else min(oldest, started)
+        self._oldest_run[key] = oldest
+        if (max_runs is None or len(runs) <= max_runs) and (cutoff is None or oldest >= cutoff):
+            return True  # nothing to evict: no sort
+        others = sorted(((v[0], rid) for rid, v in runs.items() if rid != run.reply_id), reverse=True)
+        kept = [rid for at, rid in others if cutoff is None or at >= cutoff]
+        doomed = [rid for at, rid in others if cutoff is not None and at < cutoff]
+        if max_runs is not None:
+            doomed += kept[max_runs - 1 :]
+        for gone in doomed:
+            del runs[gone]
+        self._oldest_run[key] = min(v[0] for v in runs.values())
+        return True
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None."""
+        key = (check_agent(agent), user_id, session_id)
+        if self._live(key) is None:
+            return None
+        found = self._runs.get(key, {}).get(check_reply_id(reply_id))
+        if found is None:
+            return None
+        started, summary, body = found
+        return StoredRun(reply_id, started, _json.loads(summary), body)
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first."""
+        limit = check_prune_limit(limit)
+        key = (check_agent(agent), user_id, session_id)
+        if self._live(key) is None:
+            return []
+        runs = sorted(((v[0], rid, v[1]) for rid, v in self._runs.get(key, {}).items()), reverse=True)
+        return [RunInfo(rid, started, _json.loads(summary)) for started, rid, summary in runs[:limit]]
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), newest first."""
@@ -174,6 +261,7 @@ class InMemoryStateStore(BaseStateStore):
         if not dry_run:
             for _, key in found:
                 del self._sessions[key]
+                self._drop_runs(key)
         return len(found)
 
     async def _legacy_sessions(self, user_id: str | None) -> list[tuple[str, str]]:

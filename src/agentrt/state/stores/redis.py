@@ -12,6 +12,13 @@ Key layout (``P`` = prefix, ``U`` / ``A`` / ``S`` = encoded user / agent / sessi
     B:s:S:lock           STRING "<fencing token>:<nonce>" while a process holds the session lock
     B:s:S:fence          STRING the session's fencing-token counter
     B:s:S:want           STRING the nonce of the waiter whose turn is next
+    B:s:S:rh             HASH  reply id -> run record JSON (`agentrt.state.runs`)
+    B:s:S:rs             HASH  reply id -> the run's summary JSON
+    B:s:S:rz             ZSET  reply id -> the run's start time (the order, for listing and eviction)
+
+A session's run-record keys go with it (`delete`, `prune`, `delete_user`, `migrate_legacy` moves
+them); they are saved with the expiry the session's hash has then, so a ttl store's records
+expire no later than the session would without further use.
 
 Sessions written before sessions had an agent use the ``P:{U}`` keys: they are the agent ``""``
 (`has_legacy_sessions` scans for their indexes once, with ``SCAN``, on the store's first use).
@@ -59,11 +66,21 @@ from agentrt.state.base import (
     StateView,
     check_agent,
     check_expected_revision,
+    check_prune_limit,
     check_since_index,
 )
 from agentrt.state.codec import FORMAT, decode_message, decode_state, encode_fields, encode_message
 from agentrt.state.locks import LocalSessionLocks, held_fence
 from agentrt.state.redis_lock import RedisLockScripts, RedisSessionLock
+from agentrt.state.runs import (
+    DEFAULT_MAX_RUNS,
+    RunInfo,
+    StoredRun,
+    check_max_runs,
+    check_reply_id,
+    check_stored_run,
+    retention_cutoff,
+)
 from agentrt.state.session import SCHEMA_VERSION
 
 __all__ = ["RedisStateStore"]
@@ -177,14 +194,71 @@ return {fields, messages, count}
 """
 )
 
-# KEYS: 1 hash, 2 list, 3 index, 4 agents (optional).  ARGV: 1 index member, 2 agent.
+# KEYS: 1 hash, 2 list, 3 index, 4-6 the run-record keys (rh, rs, rz), 7 agents (optional).
+# ARGV: 1 index member, 2 agent.
 # 1 if the session existed. An agent whose last session of the user goes leaves the agents set.
 _DELETE_LUA = """
 local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[4], KEYS[5], KEYS[6])
 redis.call('ZREM', KEYS[3], ARGV[1])
-if KEYS[4] and redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[4], ARGV[2]) end
+if KEYS[7] and redis.call('EXISTS', KEYS[3]) == 0 then redis.call('ZREM', KEYS[7], ARGV[2]) end
 return existed
+"""
+
+# Saves a run record of an existing session, then drops the session's other records started
+# before the cutoff and those past the newest `max_runs - 1` (never the one saved). The keys get
+# the expiry the session's hash has. KEYS: 1 hash, 2 rh, 3 rs, 4 rz.  ARGV: 1 reply id,
+# 2 started_at, 3 summary JSON, 4 record JSON, 5 max_runs ("" = no limit), 6 cutoff ("" = none).
+# 1 if saved, 0 if the session does not exist.
+_SAVE_RUN_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local id = ARGV[1]
+redis.call('HSET', KEYS[2], id, ARGV[4])
+redis.call('HSET', KEYS[3], id, ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[2], id)
+local limit, cutoff = tonumber(ARGV[5]), tonumber(ARGV[6])
+local newest = redis.call('ZREVRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local kept = 1
+for i = 1, #newest, 2 do
+  local member = newest[i]
+  if member ~= id then
+    if (cutoff and tonumber(newest[i + 1]) < cutoff) or (limit and kept >= limit) then
+      redis.call('ZREM', KEYS[4], member)
+      redis.call('HDEL', KEYS[2], member)
+      redis.call('HDEL', KEYS[3], member)
+    else
+      kept = kept + 1
+    end
+  end
+end
+local left = redis.call('PTTL', KEYS[1])
+for i = 2, 4 do
+  if left > 0 then redis.call('PEXPIRE', KEYS[i], left) else redis.call('PERSIST', KEYS[i]) end
+end
+return 1
+"""
+
+# KEYS: 1 hash, 2 rh, 3 rs, 4 rz.  ARGV: 1 reply id.  {record, summary, started_at}, or nil when
+# the session or the record does not exist.
+_GET_RUN_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local body = redis.call('HGET', KEYS[2], ARGV[1])
+if not body then return false end
+return {body, redis.call('HGET', KEYS[3], ARGV[1]) or '{}', redis.call('ZSCORE', KEYS[4], ARGV[1]) or '0'}
+"""
+
+# KEYS: 1 hash, 2 rs, 3 rz.  ARGV: 1 index of the last run listed (-1: all).  A flat list of
+# (reply id, started_at, summary) newest first, or nil when the session does not exist.
+_LIST_RUNS_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local members = redis.call('ZREVRANGE', KEYS[3], 0, tonumber(ARGV[1]), 'WITHSCORES')
+local out = {}
+for i = 1, #members, 2 do
+  out[#out + 1] = members[i]
+  out[#out + 1] = members[i + 1]
+  out[#out + 1] = redis.call('HGET', KEYS[2], members[i]) or '{}'
+end
+return out
 """
 
 # KEYS: 1 agents, 2 the agent's index.  ARGV: 1 agent.  Drops the agent if it has no index (any more).
@@ -195,11 +269,19 @@ return 0
 
 # Moves a legacy session to an agent, keeping revision, timestamps and expiry.
 # KEYS: 1 source hash, 2 source list, 3 source index, 4 target hash, 5 target list, 6 target index,
-#       7 agents.  ARGV: 1 source session id, 2 target session id, 3 agent.
+#       7 agents, 8-10 source run-record keys, 11-13 target run-record keys.
+# ARGV: 1 source session id, 2 target session id, 3 agent.
 # 1 when moved, 0 if the target exists (nothing moved), -1 if the source is gone.
 _MOVE_LUA = """
 if redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+for i = 0, 2 do
+  if redis.call('EXISTS', KEYS[8 + i]) == 1 then
+    redis.call('RENAME', KEYS[8 + i], KEYS[11 + i])
+  else
+    redis.call('DEL', KEYS[11 + i])
+  end
+end
 local score = redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at') or '0'
 local ttl = redis.call('PTTL', KEYS[1])
 redis.call('RENAME', KEYS[1], KEYS[4])
@@ -240,20 +322,27 @@ return dropped
 
 # Deletes (or counts) a batch of one index's sessions for `prune` and `delete_user`.
 # KEYS: 1 index, 2 the user's agents (the index again for the legacy agent ""), then per member its
-#       hash, list, lock and fence.  ARGV: 1 mode ("count" | "delete" | "erase": delete, and the
-#       fence counters of sessions whose lock is free), 2 cutoff ("" = none), 3 "1" to skip locked
-#       sessions, then the members.  Returns {sessions counted or deleted, members left in the index}.
+#       hash, list, lock, fence and run-record keys (rh, rs, rz).  ARGV: 1 mode ("count" | "delete" |
+#       "erase": delete, and the fence counters of sessions whose lock is free), 2 cutoff ("" = none),
+#       3 "1" to skip locked sessions, then the members.  Returns {sessions counted or deleted,
+#       members left in the index}.
 # A session written since the index said it was idle (its hash's updated_at) stays; index entries
-# of sessions already gone (expired) are dropped. An agent whose last session goes leaves the agents.
+# of sessions already gone (expired) are dropped, with any run records left. An agent whose last
+# session goes leaves the agents.
 _PRUNE_SESSIONS_LUA = """
 local mode, cutoff, skip = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local n, kept, owner = 0, 0, nil
 for i = 4, #ARGV do
-  local k = 3 + (i - 4) * 4
+  local k = 3 + (i - 4) * 7
   local member = ARGV[i]
   local got = redis.call('HMGET', KEYS[k], 'updated_at', 'session_id', 'agent')
   if not got[1] or got[2] ~= member then
-    if mode ~= 'count' then redis.call('ZREM', KEYS[1], member) else kept = kept + 1 end
+    if mode ~= 'count' then
+      redis.call('ZREM', KEYS[1], member)
+      if not got[1] then redis.call('DEL', KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]) end
+    else
+      kept = kept + 1
+    end
   elseif (cutoff and tonumber(got[1]) >= cutoff) or (skip and redis.call('EXISTS', KEYS[k + 2]) == 1) then
     kept = kept + 1
   else
@@ -261,7 +350,7 @@ for i = 4, #ARGV do
     if mode == 'count' then
       kept = kept + 1
     else
-      redis.call('DEL', KEYS[k], KEYS[k + 1])
+      redis.call('DEL', KEYS[k], KEYS[k + 1], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6])
       redis.call('ZREM', KEYS[1], member)
       owner = got[3]
       if mode == 'erase' and redis.call('EXISTS', KEYS[k + 2]) == 0 then redis.call('DEL', KEYS[k + 3]) end
@@ -301,6 +390,14 @@ def _id_token(value: str) -> str:
     if len(token) > _MAX_TOKEN:
         return "~" + hashlib.sha256(raw).hexdigest()
     return token
+
+
+def _summary(raw: bytes | str) -> dict[str, Any]:
+    try:
+        value = _json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _glob_escape(text: str) -> str:
@@ -408,6 +505,9 @@ class RedisStateStore(BaseStateStore):
         self._write = client.register_script(_WRITE_LUA)
         self._load = client.register_script(_LOAD_LUA)
         self._delete = client.register_script(_DELETE_LUA)
+        self._save_run = client.register_script(_SAVE_RUN_LUA)
+        self._get_run = client.register_script(_GET_RUN_LUA)
+        self._list_runs = client.register_script(_LIST_RUNS_LUA)
         self._forget_agent = client.register_script(_FORGET_AGENT_LUA)
         self._move = client.register_script(_MOVE_LUA)
         self._prune_index = client.register_script(_PRUNE_LUA)
@@ -494,6 +594,11 @@ class RedisStateStore(BaseStateStore):
 
     def _session_base(self, agent: str, user_id: str, session_id: str) -> str:
         return f"{self._agent_base(agent, user_id)}:s:{_id_token(session_id)}"
+
+    def _run_keys(self, agent: str, user_id: str, session_id: str) -> list[str]:
+        """The run-record keys of a session: records, summaries, order."""
+        base = self._session_base(agent, user_id, session_id)
+        return [f"{base}:rh", f"{base}:rs", f"{base}:rz"]
 
     def _keys(self, agent: str, user_id: str, session_id: str) -> list[str]:
         """Hash, list, index (and agents) keys of a session, in the order the scripts expect."""
@@ -706,12 +811,75 @@ class RedisStateStore(BaseStateStore):
         raise StateConflictError(f"{what} is stored in the older format version {value}; load it (which upgrades it)")
 
     async def delete(self, user_id: str, session_id: str, *, agent: str = "") -> bool:
-        """Remove the session's messages, fields and index entry (its fencing counter stays)."""
+        """Remove the session's messages, fields, run records and index entry (its fencing counter stays)."""
         keys = self._keys(agent, user_id, session_id)
+        keys[3:3] = self._run_keys(agent, user_id, session_id)
         client = await self._conn()
         with self._redis_errors():
             existed = await self._delete(keys=keys, args=[session_id, agent], client=client)
         return bool(existed)
+
+    # -- run records ----------------------------------------------------------------------------
+
+    supports_run_records = True
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """One script: save the record if the session exists, evict the old and the surplus ones."""
+        check_stored_run(run)
+        max_runs = check_max_runs(max_runs)
+        cutoff = retention_cutoff(older_than)
+        keys = [self._keys(agent, user_id, session_id)[0], *self._run_keys(agent, user_id, session_id)]
+        args = [
+            run.reply_id,
+            repr(float(run.started_at)),
+            _json.dumps(run.summary),
+            run.body,
+            "" if max_runs is None else max_runs,
+            "" if cutoff is None else repr(cutoff),
+        ]
+        client = await self._conn()
+        with self._redis_errors():
+            saved = await self._save_run(keys=keys, args=args, client=client)
+        return bool(saved)
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None."""
+        check_reply_id(reply_id)
+        keys = [self._keys(agent, user_id, session_id)[0], *self._run_keys(agent, user_id, session_id)]
+        client = await self._conn()
+        with self._redis_errors():
+            found = await self._get_run(keys=keys, args=[reply_id], client=client)
+        if not found:
+            return None
+        body, summary, started = found
+        return StoredRun(reply_id, float(_text(started)), _summary(summary), _text(body))
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first (their summaries)."""
+        limit = check_prune_limit(limit)
+        if limit == 0:
+            return []
+        run_keys = self._run_keys(agent, user_id, session_id)
+        keys = [self._keys(agent, user_id, session_id)[0], run_keys[1], run_keys[2]]
+        client = await self._conn()
+        with self._redis_errors():
+            flat = await self._list_runs(keys=keys, args=[-1 if limit is None else limit - 1], client=client)
+        if not flat:
+            return []
+        return [
+            RunInfo(_text(flat[i]), float(_text(flat[i + 1])), _summary(flat[i + 2])) for i in range(0, len(flat), 3)
+        ]
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), newest first; drops expired entries."""
@@ -791,7 +959,7 @@ class RedisStateStore(BaseStateStore):
         with self._redis_errors():
             async for key in client.scan_iter(match=match, count=1000):
                 found.append(_text(key))
-            doomed = [key for key in found if key.endswith((":h", ":m"))]
+            doomed = [key for key in found if key.endswith((":h", ":m", ":rh", ":rs", ":rz"))]
             if doomed:
                 count += sum(1 for key in doomed if key.endswith(":h"))
                 await client.delete(*doomed)
@@ -900,6 +1068,7 @@ class RedisStateStore(BaseStateStore):
                 for member in members:
                     session = f"{base}:s:{_id_token(member)}"
                     keys += [f"{session}:h", f"{session}:m", f"{session}:lock", f"{session}:fence"]
+                    keys += [f"{session}:rh", f"{session}:rs", f"{session}:rz"]
                 args = [mode, "" if cutoff is None else repr(cutoff), "1" if skip_locked else "0", *members]
                 done, kept = await self._prune_sessions(keys=keys, args=args, client=client)
             count += int(done)
@@ -991,6 +1160,7 @@ class RedisStateStore(BaseStateStore):
         # one script: the keys are renamed (revision, timestamps and expiry kept), the indexes updated
         source = self._keys("", user_id, session_id)
         keys = [*source, *self._keys(agent, user_id, target)]
+        keys += [*self._run_keys("", user_id, session_id), *self._run_keys(agent, user_id, target)]
         client = await self._conn()
         with self._redis_errors():
             moved = int(await self._move(keys=keys, args=[session_id, target, agent], client=client))

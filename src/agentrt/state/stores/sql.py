@@ -27,12 +27,23 @@ Schema (``<prefix>`` is ``table_prefix``, ``agentrt_`` by default; created on fi
         user_id, agent, session_id, and their *_full originals   as in sessions
         token            BIGINT        the fencing token of the session's latest lock acquisition
         PRIMARY KEY (user_id, agent, session_id)
+    <prefix>runs                       the run records of the sessions (`agentrt.state.runs`)
+        agent, user_id, session_id     as in sessions
+        reply_id         VARCHAR(100)  the run's first reply id (hashed past 100 characters; MySQL/MariaDB:
+                                       VARBINARY(400))
+        reply_id_full    TEXT NULL     the original id when the key column holds its hash
+        started_at       DOUBLE PRECISION
+        summary          TEXT          the run's summary (JSON)
+        body             TEXT (MySQL: LONGTEXT)  the record (JSON)
+        PRIMARY KEY (agent, user_id, session_id, reply_id)
 
 Tables of earlier versions (without ``agent``) are migrated in place on first use, under the same
 database-wide lock as the table creation: ``agent`` is added with the default ``''`` (so their
 sessions become the legacy namespace) and joins the primary keys. The presence of the column is
 the schema version; the migration is idempotent and each table's ``ALTER`` is one statement.
-Deployments whose tables predate ``session_fences`` get it the same way, created on first use.
+Deployments whose tables predate ``session_fences`` or ``runs`` get them the same way, created on
+first use. A session's run records go with it (``delete``, ``prune``, ``delete_user``; moved by
+``migrate_legacy``).
 
 The columns ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and
 override the copies in ``doc`` on load (``doc`` is rewritten only when fields change).
@@ -88,11 +99,21 @@ from agentrt.state.base import (
     check_agent,
     check_expected_revision,
     check_idle_ttl,
+    check_prune_limit,
     check_since_index,
     is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields, encode_message, encode_state
 from agentrt.state.locks import LocalSessionLocks, held_fence
+from agentrt.state.runs import (
+    DEFAULT_MAX_RUNS,
+    RunInfo,
+    StoredRun,
+    check_max_runs,
+    check_reply_id,
+    check_stored_run,
+    retention_cutoff,
+)
 from agentrt.state.sql_lock import SqlLocks, SqlSessionLock, discard_connection, mysql_lock_name, pg_lock_key
 
 __all__ = ["SqlSessionLock", "SqlStateStore"]
@@ -103,6 +124,7 @@ _T = TypeVar("_T")
 
 _KEY_CHARS = 255
 _AGENT_CHARS = 100  # InnoDB keys hold at most 3072 bytes: 400 + 1020 + 1020 + 8 fit
+_REPLY_CHARS = 100  # the runs key: 400 + 1020 + 1020 + 400 fit too
 _HASH_MARK = "sha256:"
 _PREFIX_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _ASYNC_DRIVERS = {"postgresql": ("asyncpg", "psycopg"), "mysql": ("asyncmy", "aiomysql")}
@@ -144,7 +166,7 @@ class _Key(sa.types.TypeDecorator[str]):
         return None if value is None else str(value)
 
 
-def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
+def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table, sa.Table]:
     metadata = sa.MetaData()
     long_text = sa.Text().with_variant(sa_mysql.LONGTEXT(), "mysql", "mariadb")
     sessions = sa.Table(
@@ -191,7 +213,21 @@ def _define_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Tab
         mysql_engine="InnoDB",
         mysql_charset="utf8mb4",
     )
-    return metadata, sessions, messages, fences
+    runs = sa.Table(
+        f"{prefix}runs",
+        metadata,
+        sa.Column("agent", _Key(_AGENT_CHARS), primary_key=True),
+        sa.Column("user_id", _Key(), primary_key=True),
+        sa.Column("session_id", _Key(), primary_key=True),
+        sa.Column("reply_id", _Key(_REPLY_CHARS), primary_key=True),
+        sa.Column("reply_id_full", long_text, nullable=True),
+        sa.Column("started_at", sa.Double(), nullable=False),
+        sa.Column("summary", long_text, nullable=False),
+        sa.Column("body", long_text, nullable=False),
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+    )
+    return metadata, sessions, messages, fences, runs
 
 
 def _key(value: str, what: str, chars: int = _KEY_CHARS) -> tuple[str, str | None]:
@@ -330,7 +366,7 @@ class SqlStateStore(BaseStateStore):
             raise StateStoreError(
                 f"SqlStateStore supports PostgreSQL and MySQL/MariaDB, not {backend!r} ({self._where})"
             )
-        self._metadata, self._sessions, self._messages, self._fences = _define_tables(table_prefix)
+        self._metadata, self._sessions, self._messages, self._fences, self._runs = _define_tables(table_prefix)
         url = self._url
         # names this store's sessions in `held_fence` (ids never hold NUL: it separates the parts)
         self._fence_scope = f"agentrt-sql\x00{backend}\x00{url.host}\x00{url.port}\x00{url.database}\x00{table_prefix}"
@@ -495,6 +531,126 @@ class SqlStateStore(BaseStateStore):
         lock = self._lock_params(agent, user_id, session_id)["main"]
         fence = self._held_token(ak, uk, sk)
         return await self._run("delete", lambda: self._delete_tx(ak, uk, sk, lock, None, fence))
+
+    # -- run records ----------------------------------------------------------------------------
+
+    supports_run_records = True
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """One transaction: the session row read ``FOR SHARE``, the record upserted, old and surplus ones deleted."""
+        check_stored_run(run)
+        max_runs = check_max_runs(max_runs)
+        cutoff = retention_cutoff(older_than)
+        ak, _ = _agent_key(agent)
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        rk, rfull = _key(run.reply_id, "reply_id", _REPLY_CHARS)
+        await self._ensure_tables()
+        values = {
+            "reply_id_full": rfull,
+            "started_at": float(run.started_at),
+            "summary": _json.dumps(run.summary),
+            "body": run.body,
+        }
+        return await self._run("save a run record", lambda: self._save_run_tx(ak, uk, sk, rk, values, max_runs, cutoff))
+
+    async def _save_run_tx(
+        self, ak: str, uk: str, sk: str, rk: str, values: dict[str, Any], max_runs: int | None, cutoff: float | None
+    ) -> bool:
+        s, r = self._sessions, self._runs
+        async with self._engine.begin() as conn:
+            # shared row lock: a concurrent delete of the session waits for this record (or goes first)
+            session = sa.select(s.c.revision).where(self._where_key(s, ak, uk, sk)).with_for_update(read=True)
+            if (await conn.execute(session)).first() is None:
+                return False
+            row = {"agent": ak, "user_id": uk, "session_id": sk, "reply_id": rk, **values}
+            if self._pg:
+                insert = sa_pg.insert(r).values(**row)
+                upsert: sa.Executable = insert.on_conflict_do_update(
+                    index_elements=[r.c.agent, r.c.user_id, r.c.session_id, r.c.reply_id],
+                    set_={name: insert.excluded[name] for name in values},
+                )
+            else:
+                my_insert = sa_mysql.insert(r).values(**row)
+                upsert = my_insert.on_duplicate_key_update(**{name: my_insert.inserted[name] for name in values})
+            await conn.execute(upsert)
+            where = sa.and_(self._where_key(r, ak, uk, sk), r.c.reply_id != rk)
+            if cutoff is not None:
+                await conn.execute(sa.delete(r).where(where, r.c.started_at < cutoff))
+            if max_runs is not None:
+                surplus = (
+                    await conn.execute(
+                        sa.select(r.c.reply_id)
+                        .where(where)
+                        .order_by(r.c.started_at.desc(), r.c.reply_id.desc())
+                        .offset(max_runs - 1)
+                    )
+                ).scalars()
+                doomed = list(surplus)
+                if doomed:
+                    await conn.execute(sa.delete(r).where(where, r.c.reply_id.in_(doomed)))
+        return True
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None."""
+        check_reply_id(reply_id)
+        ak, _ = _agent_key(agent)
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        rk, _ = _key(reply_id, "reply_id", _REPLY_CHARS)
+        await self._ensure_tables()
+        r = self._runs
+        stmt = sa.select(r.c.started_at, r.c.summary, r.c.body).where(
+            self._where_key(r, ak, uk, sk), r.c.reply_id == rk
+        )
+
+        async def run() -> tuple[Any, ...] | None:
+            async with self._engine.connect() as conn:
+                row = (await conn.execute(stmt)).first()
+                return None if row is None else tuple(row)
+
+        found = await self._run("read a run record", run)
+        if found is None:
+            return None
+        started, summary, body = found
+        return StoredRun(reply_id, float(started), _summary(summary), str(body))
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first (their summaries)."""
+        limit = check_prune_limit(limit)
+        ak, _ = _agent_key(agent)
+        uk, _ = _key(user_id, "user_id")
+        sk, _ = _key(session_id, "session_id")
+        await self._ensure_tables()
+        r = self._runs
+        stmt = (
+            sa.select(r.c.reply_id, r.c.reply_id_full, r.c.started_at, r.c.summary)
+            .where(self._where_key(r, ak, uk, sk))
+            .order_by(r.c.started_at.desc(), r.c.reply_id.desc())
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+
+        async def run() -> list[tuple[Any, ...]]:
+            async with self._engine.connect() as conn:
+                return [tuple(row) for row in (await conn.execute(stmt)).all()]
+
+        rows = await self._run("list run records", run)
+        return [
+            RunInfo(full if full is not None else key, float(started), _summary(summary))
+            for key, full, started, summary in rows
+        ]
 
     async def list_sessions(self, user_id: str, *, agent: str | None = None) -> list[SessionInfo]:
         """The user's sessions (of every agent, or of `agent`), most recently updated first."""
@@ -762,6 +918,10 @@ class SqlStateStore(BaseStateStore):
                 if result.rowcount != 1:
                     return None  # moved or deleted meanwhile
                 await conn.execute(sa.update(m).where(self._where_key(m, "", uk, sk)).values(agent=ak, session_id=tk))
+                runs = self._runs
+                await conn.execute(
+                    sa.update(runs).where(self._where_key(runs, "", uk, sk)).values(agent=ak, session_id=tk)
+                )
                 await self._drop_fences(conn, [("", uk, sk, legacy_lock)])  # the old address is gone
             return True
 
@@ -938,6 +1098,7 @@ class SqlStateStore(BaseStateStore):
             if cutoff is not None and result.rowcount == 0:
                 return False
             await conn.execute(sa.delete(m).where(self._where_key(m, ak, uk, sk)))
+            await conn.execute(sa.delete(self._runs).where(self._where_key(self._runs, ak, uk, sk)))
             return result.rowcount > 0
 
     async def _prune_tx(self, keys: list[tuple[str, str, str, Any]], cutoff: float | None) -> int:
@@ -962,6 +1123,8 @@ class SqlStateStore(BaseStateStore):
                     await conn.execute(sa.delete(s).where(sa.or_(*(self._where_key(s, *key) for key in gone))))
             if gone:
                 await conn.execute(sa.delete(m).where(sa.or_(*(self._where_key(m, *key) for key in gone))))
+                runs = self._runs
+                await conn.execute(sa.delete(runs).where(sa.or_(*(self._where_key(runs, *key) for key in gone))))
         return len(gone)
 
     async def _conflict(self, user_id: str, session_id: str, keys: _Keys, expected: int) -> StateConflictError:
@@ -1257,6 +1420,14 @@ def _encode_patch(fields: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if unknown:
         raise UserError(f"unknown AgentState field {unknown[0]!r}; known: {', '.join(STATE_FIELDS)}")
     return encode_fields(fields)
+
+
+def _summary(raw: Any) -> dict[str, Any]:
+    try:
+        value = _json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _parse_doc(raw: Any, where: str) -> dict[str, Any]:

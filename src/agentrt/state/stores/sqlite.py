@@ -10,6 +10,14 @@ Schema (``PRAGMA user_version = 2``)::
              FOREIGN KEY(agent, user_id, session_id) REFERENCES sessions ON DELETE CASCADE ON UPDATE CASCADE)
     INDEX sessions_by_user_updated ON sessions(user_id, updated_at)
     INDEX sessions_by_updated ON sessions(updated_at, agent, user_id, session_id)   (`prune`, oldest first)
+    runs(agent TEXT DEFAULT '', user_id TEXT, session_id TEXT, reply_id TEXT, started_at REAL,
+         summary TEXT, body TEXT, PRIMARY KEY(agent, user_id, session_id, reply_id),
+         FOREIGN KEY(agent, user_id, session_id) REFERENCES sessions ON DELETE CASCADE ON UPDATE CASCADE)
+    INDEX runs_by_start ON runs(agent, user_id, session_id, started_at)
+
+``runs`` holds the run records of the sessions (`agentrt.state.runs`); it is created when a database
+is opened (``CREATE TABLE IF NOT EXISTS``, no version change), so databases of earlier versions get it
+on their first use and older agentrt versions can still open them.
 
 ``doc`` is `encode_state(state, include_messages=False)` (see `agentrt.state.codec`); the key columns
 and ``revision``, ``message_count``, ``created_at`` and ``updated_at`` are authoritative and override
@@ -52,10 +60,20 @@ from agentrt.state.base import (
     check_agent,
     check_expected_revision,
     check_idle_ttl,
+    check_prune_limit,
     check_since_index,
     is_idle,
 )
 from agentrt.state.codec import decode_message, decode_state, encode_fields_json, encode_message, encode_state
+from agentrt.state.runs import (
+    DEFAULT_MAX_RUNS,
+    RunInfo,
+    StoredRun,
+    check_max_runs,
+    check_reply_id,
+    check_stored_run,
+    retention_cutoff,
+)
 from agentrt.state.session import context_start, with_placeholders
 from agentrt.state.stores._sqlite_inline import InlineRunner, TooLarge
 
@@ -92,6 +110,23 @@ CREATE TABLE {messages} (
 );
 """
 _INDEXES = "CREATE INDEX IF NOT EXISTS sessions_by_user_updated ON sessions (user_id, updated_at);"
+_RUNS_TABLE = """
+CREATE TABLE IF NOT EXISTS runs (
+    agent      TEXT NOT NULL DEFAULT '',
+    user_id    TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    reply_id   TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    summary    TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (agent, user_id, session_id, reply_id),
+    FOREIGN KEY (agent, user_id, session_id) REFERENCES sessions (agent, user_id, session_id)
+        ON DELETE CASCADE ON UPDATE CASCADE
+)
+"""
+"""Run records (`agentrt.state.runs`): created when a database is opened (idempotent, no version change)."""
+_RUNS_INDEX = "CREATE INDEX IF NOT EXISTS runs_by_start ON runs (agent, user_id, session_id, started_at)"
+"""A session's runs in start order: listing, and eviction without a sort."""
 _UPDATED_INDEX = "CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions (updated_at, agent, user_id, session_id)"
 """For `prune` across users; created when a database is opened (idempotent: no write when it exists)."""
 _PRUNE_BATCH = 500
@@ -311,6 +346,51 @@ class SqliteStateStore(BaseStateStore):
             await self._prune(cutoff, user_id=user_id, agent=agent, limit=None, dry_run=False, skip_locked=True)
             infos = [info for info in infos if not is_idle(info.updated_at, cutoff)]
         return infos
+
+    # -- run records ----------------------------------------------------------------------
+
+    supports_run_records = True
+
+    async def save_run(
+        self,
+        user_id: str,
+        session_id: str,
+        run: StoredRun,
+        *,
+        agent: str = "",
+        max_runs: int | None = DEFAULT_MAX_RUNS,
+        older_than: float | None = None,
+    ) -> bool:
+        """One transaction: upsert the record (if the session exists), then drop the old and the surplus ones."""
+        check_stored_run(run)
+        max_runs = check_max_runs(max_runs)
+        cutoff = retention_cutoff(older_than)
+        args = (
+            check_agent(agent),
+            user_id,
+            session_id,
+            run.reply_id,
+            float(run.started_at),
+            _json.dumps(run.summary),
+            run.body,
+            max_runs,
+            cutoff,
+        )
+        if len(run.body) <= _INLINE_MAX_BYTES:
+            return await self._call_small(_save_run, _save_run, *args, write=True)
+        return await self._call(_save_run, *args)
+
+    async def get_run(self, user_id: str, session_id: str, reply_id: str, *, agent: str = "") -> StoredRun | None:
+        """The record stored under `reply_id`, or None."""
+        args = (check_agent(agent), user_id, session_id, check_reply_id(reply_id))
+        return await self._call_small(_get_run, _get_run, *args, write=False)
+
+    async def list_runs(
+        self, user_id: str, session_id: str, *, agent: str = "", limit: int | None = None
+    ) -> list[RunInfo]:
+        """The session's runs, newest first (their summaries, not their records)."""
+        args = (check_agent(agent), user_id, session_id, check_prune_limit(limit))
+        return await self._call_small(_list_runs, _list_runs, *args, write=False)
 
     async def _prune(
         self,
@@ -552,6 +632,8 @@ class SqliteStateStore(BaseStateStore):
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             _migrate(conn)  # before foreign keys are on: the migration rebuilds referenced tables
             conn.execute(_UPDATED_INDEX)
+            conn.execute(_RUNS_TABLE)
+            conn.execute(_RUNS_INDEX)
             conn.execute("PRAGMA foreign_keys = ON")
             self._has_legacy = _any_legacy(conn)
         except BaseException as exc:
@@ -986,6 +1068,7 @@ def _delete(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str,
         ):
             return False
         conn.execute(f"DELETE FROM messages WHERE {_KEY}", key)
+        conn.execute(f"DELETE FROM runs WHERE {_KEY}", key)
         cursor = conn.execute(f"DELETE FROM sessions WHERE {_KEY}", key)
         return cursor.rowcount > 0
 
@@ -1033,9 +1116,75 @@ def _prune_sessions(
                 skipped += len(doomed)  # nothing goes: page on past them
             else:
                 conn.executemany(f"DELETE FROM messages WHERE {_KEY}", doomed)
+                conn.executemany(f"DELETE FROM runs WHERE {_KEY}", doomed)
                 conn.executemany(f"DELETE FROM sessions WHERE {_KEY}", doomed)
             count += len(doomed)
     return count
+
+
+def _save_run(
+    conn: sqlite3.Connection,
+    agent: str,
+    user_id: str,
+    session_id: str,
+    reply_id: str,
+    started_at: float,
+    summary: str,
+    body: str,
+    max_runs: int | None,
+    cutoff: float | None,
+) -> bool:
+    """Upsert a run record of an existing session; drop the session's records past the cutoff and the limit."""
+    key = (agent, user_id, session_id)
+    with _transaction(conn, write=True):
+        if conn.execute(f"SELECT 1 FROM sessions WHERE {_KEY}", key).fetchone() is None:
+            return False
+        conn.execute(
+            "INSERT INTO runs (agent, user_id, session_id, reply_id, started_at, summary, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, user_id, session_id, reply_id) DO UPDATE SET"
+            " started_at = excluded.started_at, summary = excluded.summary, body = excluded.body",
+            (*key, reply_id, started_at, summary, body),
+        )
+        if cutoff is not None:
+            conn.execute(
+                f"DELETE FROM runs WHERE {_KEY} AND reply_id != ? AND started_at < ?", (*key, reply_id, cutoff)
+            )
+        if (
+            max_runs is not None
+            and conn.execute(f"SELECT count(*) FROM runs WHERE {_KEY}", key).fetchone()[0] > max_runs
+        ):
+            conn.execute(
+                f"DELETE FROM runs WHERE {_KEY} AND reply_id IN (SELECT reply_id FROM runs WHERE {_KEY}"
+                " AND reply_id != ? ORDER BY started_at DESC, reply_id DESC LIMIT -1 OFFSET ?)",
+                (*key, *key, reply_id, max_runs - 1),
+            )
+    return True
+
+
+def _get_run(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, reply_id: str) -> StoredRun | None:
+    row = conn.execute(
+        f"SELECT started_at, summary, body FROM runs WHERE {_KEY} AND reply_id = ?",
+        (agent, user_id, session_id, reply_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return StoredRun(reply_id, float(row[0]), _summary(row[1]), str(row[2]))
+
+
+def _list_runs(conn: sqlite3.Connection, agent: str, user_id: str, session_id: str, limit: int | None) -> list[RunInfo]:
+    rows = conn.execute(
+        f"SELECT reply_id, started_at, summary FROM runs WHERE {_KEY} ORDER BY started_at DESC, reply_id DESC LIMIT ?",
+        (agent, user_id, session_id, -1 if limit is None else limit),
+    ).fetchall()
+    return [RunInfo(str(reply_id), float(started), _summary(summary)) for reply_id, started, summary in rows]
+
+
+def _summary(raw: Any) -> dict[str, Any]:
+    try:
+        value = _json.loads(raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _list_sessions(conn: sqlite3.Connection, user_id: str, agent: str | None) -> list[SessionInfo]:
