@@ -16,7 +16,7 @@ import httpx
 from agentrt import Msg, ReActAgent, Toolkit, ToolResultBlock, ToolUseBlock, tool
 from agentrt.model import ModelRequest, ScriptedModel
 from agentrt.server import create_app
-from agentrt.server._serve import graceful_server
+from agentrt.server.app import graceful_server
 from agentrt.state import InMemoryStateStore
 
 

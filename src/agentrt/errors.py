@@ -55,6 +55,7 @@ __all__ = [
     "InvalidAnswerError",
     "InvalidTypeError",
     "InvalidValueError",
+    "MissingExtraError",
     "McpCallLostError",
     "McpConnectionError",
     "McpError",
@@ -88,6 +89,21 @@ class AgentrtError(Exception):
 
 class UserError(AgentrtError):
     """The application developer used the API in a way that cannot work; the message says how to fix it."""
+
+
+class MissingExtraError(UserError, ImportError):
+    """A feature needs a package of an extra that is not installed; the message names the extra.
+
+    Also an `ImportError`, so code that probes for optional features with ``except ImportError``
+    keeps working.
+    """
+
+    def __init__(self, feature: str, extra: str, missing: str | None = None) -> None:
+        self.feature = feature
+        self.extra = extra
+        detail = f" (no module named {missing!r})" if missing else ""
+        super().__init__(f"{feature} needs agentrt[{extra}]{detail}: pip install 'agentrt[{extra}]'")
+        self.name = missing
 
 
 class InvalidValueError(UserError, ValueError):

@@ -114,6 +114,7 @@ PUBLIC_MODULES: dict[str, set[str]] = {
         "InvalidAnswerError",
         "InvalidTypeError",
         "InvalidValueError",
+        "MissingExtraError",
         "McpCallLostError",
         "McpConnectionError",
         "McpError",

@@ -14,7 +14,8 @@ typer and rich are imported when the command runs, never by ``import agentrt``. 
 - ``agentrt users forget USER_ID [--db URL --memory URL --knowledge URL]``: delete everything
   stored about a user (sessions, long-term memory, knowledge bases).
 - ``agentrt serve MODULE:ATTR [--host --port --store URL --config FILE --oidc-issuer URL --oidc-audience AUD]``:
-  serve agents over HTTP (API keys and/or OIDC bearer tokens).
+  serve agents over HTTP (API keys and/or OIDC bearer tokens; ``--dev``: none, loopback only), printing
+  the agents, the store and the URLs once it listens.
 - ``agentrt mcp serve MODULE:ATTR`` / ``agentrt mcp tools ...``: expose a toolkit or agent over MCP;
   list an MCP server's tools.
 - ``agentrt skills list PATH... [--json]`` / ``agentrt skills show PATH [NAME]``: the Agent Skills
@@ -33,6 +34,8 @@ import functools
 from typing import TYPE_CHECKING, Annotated, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import typer
 
 __all__ = ["build_app", "main"]
@@ -82,6 +85,7 @@ def build_app() -> "typer.Typer":
 
         from rich.console import Console
 
+        from agentrt.cli._output import print_error
         from agentrt.cli.demo import run_demo
         from agentrt.errors import AgentrtError
 
@@ -89,7 +93,7 @@ def build_app() -> "typer.Typer":
         try:
             asyncio.run(run_demo(question, console))
         except AgentrtError as exc:
-            Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            print_error(exc)
             raise typer.Exit(1) from None
 
     from agentrt.cli.chat import build_chat_command
@@ -156,26 +160,33 @@ def build_app() -> "typer.Typer":
             ),
         ] = 0,
         log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+        dev: Annotated[
+            bool,
+            typer.Option(
+                "--dev",
+                help="Local development: no API keys (every request is one local user), loopback --host only,"
+                " a warning banner. Never in production.",
+            ),
+        ] = False,
     ) -> None:
         """Serve agents over HTTP (REST + SSE, OpenAI-compatible chat completions, web UI)."""
-        from rich.console import Console
-
+        from agentrt.cli._output import print_error
         from agentrt.errors import AgentrtError
 
         try:
             from agentrt.server import create_app
-            from agentrt.server._serve import load_agents, load_config, run_server
+            from agentrt.server._serve import check_dev_host, load_agents, load_config, run_server
             from agentrt.state import store_from_url
         except ImportError as exc:
-            Console(stderr=True).print(
-                f"[bold red]error:[/] the server needs: pip install 'agentrt[server]' ({exc.name} is missing)",
-                highlight=False,
-            )
+            print_error(f"the server needs: pip install 'agentrt[server]' ({exc.name} is missing)")
             raise typer.Exit(1) from None
         try:
+            if dev:
+                check_dev_host(host)  # before anything is loaded or bound
             settings = load_config(config).with_oidc(
                 issuer=oidc_issuer, audience=oidc_audience, user_claim=oidc_user_claim, jwks_url=oidc_jwks_url
             )
+            auth_options = settings.app_options(dev=dev)
             agents = load_agents(target)
             url = store or settings.store
             state_store = store_from_url(url) if url else None
@@ -194,12 +205,13 @@ def build_app() -> "typer.Typer":
                 durable = DurableRuns(
                     backend, workers=workers, concurrency=concurrency, max_runs_per_user=max_runs_per_user
                 )
-            application = create_app(agents, state_store, knowledge=kb, jobs=durable, **settings.app_options())
+            application = create_app(agents, state_store, knowledge=kb, jobs=durable, **auth_options)
         except AgentrtError as exc:
-            Console(stderr=True).print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            print_error(exc)
             raise typer.Exit(1) from None
         closing = tuple(item for item in (state_store, kb, durable) if item is not None)
-        run_server(application, host=host, port=port, log_level=log_level, close=closing)
+        started = _serve_started(application, store_url=url, knowledge_url=knowledge_url, jobs_url=jobs, dev=dev)
+        run_server(application, host=host, port=port, log_level=log_level, close=closing, started=started)
 
     from agentrt.cli.sessions import build_sessions_app
 
@@ -230,6 +242,35 @@ def build_app() -> "typer.Typer":
 
     app.command("worker")(build_worker_command())
     return app
+
+
+def _serve_started(
+    application: Any, *, store_url: str | None, knowledge_url: str | None, jobs_url: str | None, dev: bool
+) -> "Callable[[str, int], None]":
+    """What ``agentrt serve`` prints (on standard error) once it listens: the banner of --dev, agents, stores, URLs."""
+    import sys
+
+    from agentrt.server._serve import describe_auth, dev_banner, startup_summary
+
+    server = application.state.agentrt
+    described = describe_auth(server.auth)
+
+    def started(host: str, port: int) -> None:
+        lines = startup_summary(
+            server.agents,
+            host=host,
+            port=port,
+            store_url=store_url,
+            store=server.store,
+            auth=described,
+            knowledge_url=knowledge_url,
+            jobs_url=jobs_url,
+        )
+        if dev:
+            lines.insert(0, dev_banner(host, port))
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+    return started
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ import contextlib
 import fnmatch
 import functools
 import importlib
+import inspect
 import json
 import os
 import pkgutil
@@ -214,23 +215,31 @@ def _demo_tools() -> "list[Tool]":
     return [calculate, current_time, convert_units]
 
 
-def _import_tools(spec: str) -> "list[Tool]":
-    from agentrt.errors import UserError
-    from agentrt.tool.toolkit import Toolkit
+_TOOLS_ACCEPTED = (
+    "pass a Toolkit, a tool (an @tool function), a function, an object with @tool methods, or a list of them"
+)
 
-    module_name, _, attr = spec.partition(":")
+
+def _import_tools(spec: str) -> "list[Tool]":
+    from agentrt._target import TargetError, describe_target, import_target
+    from agentrt.errors import UserError
+    from agentrt.tool.base import Tool
+    from agentrt.tool.toolkit import Toolkit, _tools_of
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"--tools {spec}: cannot import {module_name!r} ({exc})") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise UserError(f"--tools {spec}: module {module_name!r} has no attribute {attr!r}") from None
+        obj = import_target(spec, example="myapp.tools:toolkit")
+    except UserError as exc:
+        raise UserError(f"--tools {spec}: {exc}") from None
     if isinstance(obj, Toolkit):
         return list(obj)
     kit = Toolkit()
-    for item in obj if isinstance(obj, (list, tuple)) else [obj]:
+    items = obj if isinstance(obj, (list, tuple)) else [obj]
+    for i, item in enumerate(items):
+        usable = isinstance(item, Tool) or inspect.isroutine(item) or (not isinstance(item, type) and _tools_of(item))
+        if not usable:
+            where = spec if item is obj else f"{spec}[{i}]"
+            found = describe_target(item)
+            raise TargetError(f"--tools {where} is {found}, not a tool; {_TOOLS_ACCEPTED}", target=spec, found=found)
         kit.register(item)
     return list(kit)
 
@@ -671,6 +680,7 @@ class ChatSession:
         tool_names: Sequence[str] = (),
         notes: Sequence[str] = (),
         show_thinking: bool = True,
+        resume_command: "Callable[[str], Sequence[str]] | None" = None,
     ) -> None:
         from agentrt.context import RuntimeContext
 
@@ -685,6 +695,8 @@ class ChatSession:
         self.tool_names = list(tool_names)
         self.notes = list(notes)
         self.show_thinking = show_thinking
+        self.resume_command = resume_command
+        """Session id -> the argv that continues it (the command line's own options); None: a minimal one."""
         self._runner: asyncio.Runner | None = None
         self._ctrl_c_at_prompt = False
 
@@ -757,8 +769,12 @@ class ChatSession:
         return PROMPT
 
     def resume_hint(self) -> str:
-        """The command that continues this session, printed on exit."""
-        return f"agentrt chat --model {self.model_id} --session {self.session_id}"
+        """The command that continues this session, printed on exit (quoted for a POSIX shell)."""
+        from agentrt.cli._resume import command_line
+
+        if self.resume_command is not None:
+            return command_line(self.resume_command(self.session_id))
+        return command_line(["agentrt", "chat", "--model", self.model_id, "--session", self.session_id])
 
     def _banner(self) -> None:
         from rich.markup import escape
@@ -1255,6 +1271,7 @@ def build_chat_command() -> "Callable[..., None]":
     from agentrt.context import ANONYMOUS_USER
 
     def chat(
+        ctx: typer.Context,
         model: Annotated[
             str, typer.Option("--model", "-m", help="Model id, e.g. openai:gpt-4o-mini, or scripted:demo offline.")
         ],
@@ -1294,12 +1311,13 @@ def build_chat_command() -> "Callable[..., None]":
         """Chat with an agent: streaming replies, live tool calls, inline approvals, saved sessions."""
         from rich.console import Console
 
+        from agentrt.cli._output import print_error
+        from agentrt.cli._resume import resume_from_context
         from agentrt.errors import AgentrtError
         from agentrt.message import new_id
         from agentrt.state import default_state_url, store_from_url
 
         console = Console(soft_wrap=True)
-        err = Console(stderr=True)
         store_url = store or default_state_url()
         try:
             state_store = store_from_url(store_url)
@@ -1314,7 +1332,7 @@ def build_chat_command() -> "Callable[..., None]":
                 max_iters=max_iters,
             )
         except (AgentrtError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            print_error(exc)
             raise typer.Exit(2) from None
         chat_session = ChatSession(
             console,
@@ -1327,6 +1345,7 @@ def build_chat_command() -> "Callable[..., None]":
             tool_names=agent.toolkit.names(),
             notes=notes,
             show_thinking=thinking,
+            resume_command=resume_from_context(ctx, ("agentrt", "chat")),
         )
         chat_session.ends_process = True
         code = chat_session.run()

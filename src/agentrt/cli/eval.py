@@ -26,10 +26,23 @@ def _fail(message: str, code: int) -> "typer.Exit":
     return typer.Exit(code)
 
 
+_AGENT_METHODS = ("run_with_events", "stream_events", "call")
+_EVAL_ACCEPTS = "pass an agent (e.g. a ReActAgent) or a function taking no arguments that returns one (may be async)"
+
+
 def load_agent(spec: str) -> Any:
-    """The agent ``MODULE:ATTR`` names; a factory (a callable that is not an agent) is called, awaited if async."""
+    """The agent ``MODULE:ATTR`` names; a factory (a callable that is not an agent) is called, awaited if async.
+
+    A target that is neither (a tool, a toolkit, a class, a function needing arguments...) is a
+    `TargetError` saying what it is, before anything is called.
+    """
+    from agentrt._target import import_target, is_factory, not_agents
     from agentrt.evals._agent import load_agent as load
 
+    value = import_target(spec, example="myapp.agents:agent")
+    agent_like = not isinstance(value, type) and any(hasattr(value, m) for m in _AGENT_METHODS)
+    if not agent_like and not is_factory(value):
+        raise not_agents(spec, value, accepts=_EVAL_ACCEPTS)
     return load(spec)
 
 

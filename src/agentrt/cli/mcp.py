@@ -87,12 +87,61 @@ def _serve(target: str, transport: str, *, host: str, port: int, path: str | Non
         _fail(f"--transport must be stdio, http or sse, not {transport!r}")
     try:
         obj = load_target(target)
+        _check_target(target, obj)
         # stdout carries the protocol under stdio: everything else goes to stderr.
+        print("\n".join(_startup_summary(obj, transport, host=host, port=port, path=path)), file=sys.stderr, flush=True)
         serve_mcp(obj, transport, host=host, port=port, path=path, name=name, user_id=user)  # type: ignore[arg-type]
     except AgentrtError as exc:
         _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:  # pragma: no cover - interactive
         pass
+
+
+_MCP_ACCEPTED = "pass a Toolkit, an agent, a tool (an @tool function), a function or a list of tools"
+
+
+def _check_target(spec: str, obj: Any) -> None:
+    """A `TargetError` saying what `obj` is when it cannot be served over MCP."""
+    import inspect
+
+    from agentrt._target import TargetError, describe_target
+    from agentrt.agent.base import AgentBase
+    from agentrt.tool.base import Tool
+    from agentrt.tool.toolkit import Toolkit
+
+    if isinstance(obj, (Toolkit, AgentBase, Tool)) or inspect.isfunction(obj):
+        return
+    if isinstance(obj, (list, tuple)) and obj:
+        return  # the toolkit built from it names an item that is not a tool
+    found = describe_target(obj)
+    raise TargetError(f"{spec} is {found}, which cannot be served over MCP; {_MCP_ACCEPTED}", target=spec, found=found)
+
+
+def _startup_summary(obj: Any, transport: str, *, host: str, port: int, path: str | None) -> list[str]:
+    """What ``mcp serve`` prints on standard error as it starts: what it serves, the store, where."""
+    from agentrt.agent.base import AgentBase
+    from agentrt.server._errors import redact_secrets
+    from agentrt.state import default_state_url
+    from agentrt.tool.base import Tool
+    from agentrt.tool.toolkit import Toolkit
+
+    if isinstance(obj, AgentBase):
+        served = f"the agent {obj.name!r} (one tool: ask_{obj.name})"
+        if obj.has_own_store:
+            store = type(obj.state_store).__name__
+        else:
+            store = f"{redact_secrets(default_state_url())} (the default; set AGENTRT_STATE_URL)"
+    else:
+        tools = list(obj) if isinstance(obj, Toolkit) else obj if isinstance(obj, (list, tuple)) else [obj]
+        names = [t.name if isinstance(t, Tool) else str(getattr(t, "__name__", t)) for t in tools]
+        served = f"{len(names)} tool(s): {', '.join(names)}"
+        store = "none (tools keep no sessions)"
+    if transport == "stdio":
+        where = "stdio (this process's standard input and output)"
+    else:
+        url_host = f"[{host}]" if ":" in host else host
+        where = f"{transport}: http://{url_host}:{port}{path or ('/mcp' if transport == 'http' else '/sse')}"
+    return [f"agentrt mcp serve: {served}", f"  store:     {store}", f"  endpoint:  {where}"]
 
 
 def _list_tools(client: "McpClient", prefix: str | None) -> None:

@@ -182,8 +182,10 @@ class WorkSession(ChatSession):
         return PLAN_PROMPT if self.plan_mode else PROMPT
 
     def resume_hint(self) -> str:
-        """The ``agentrt work`` command that continues this session."""
-        return f"agentrt work {shlex.quote(self.root)} --model {self.model_id} --session {self.session_id}"
+        """The ``agentrt work`` command that continues this session (quoted for a POSIX shell)."""
+        if self.resume_command is not None:
+            return super().resume_hint()
+        return shlex.join(["agentrt", "work", self.root, "--model", self.model_id, "--session", self.session_id])
 
     def run(self) -> int:
         """Chat until /exit (see `ChatSession.run`), with Shift+Tab bound to ``/plan``."""
@@ -344,6 +346,7 @@ def build_work_command() -> "Callable[..., None]":
     from agentrt.context import ANONYMOUS_USER
 
     def work(
+        ctx: typer.Context,
         model: Annotated[
             str, typer.Option("--model", "-m", help="Model id, e.g. openai:gpt-4o, or scripted:workspace offline.")
         ],
@@ -377,18 +380,19 @@ def build_work_command() -> "Callable[..., None]":
         """Work on a folder with an agent: files, shell, AGENTS.md, @path, skills, plan mode, approvals."""
         from rich.console import Console
 
+        from agentrt.cli._output import print_error
+        from agentrt.cli._resume import resume_from_context
         from agentrt.cli.chat import _parse_options
         from agentrt.errors import AgentrtError
         from agentrt.message import new_id
 
         console = Console(soft_wrap=True)
-        err = Console(stderr=True)
         try:
             agent, state_store, store_url = _open(
                 path, model, store, permission, _parse_options(option or ()), max_iters, sandbox, shell
             )
         except (AgentrtError, ValueError) as exc:
-            err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", highlight=False)
+            print_error(exc)
             raise typer.Exit(2) from None
         session_cli = WorkSession(
             console,
@@ -403,6 +407,10 @@ def build_work_command() -> "Callable[..., None]":
             root=agent.root,
             continue_last=continue_last and session is None,
             start_in_plan=plan,
+            # The folder made absolute; --continue becomes the --session it picked.
+            resume_command=resume_from_context(
+                ctx, ("agentrt", "work"), overrides={"path": agent.root}, drop=("continue_last",)
+            ),
         )
         session_cli.ends_process = True
         code = session_cli.run()

@@ -13,7 +13,14 @@ await toolkit.register_mcp(McpClient.stdio("uvx", ["mcp-server-git"]))   # tools
 ``pip install 'agentrt[mcp]'`` (``import agentrt`` never imports it).
 """
 
-from agentrt.errors import McpCallLostError, McpConnectionError, McpError
+from agentrt.errors import McpCallLostError, McpConnectionError, McpError, MissingExtraError
+
+try:
+    import mcp  # noqa: F401
+    import mcp_types  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the packaging tests check it in a venv without the extra
+    raise MissingExtraError("agentrt.mcp (MCP clients and servers)", "mcp", exc.name) from exc
+
 from agentrt.mcp._inbound import (
     DEFAULT_ELICITATION_TIMEOUT,
     ElicitationHandler,

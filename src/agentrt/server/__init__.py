@@ -4,6 +4,14 @@
 app; ``agentrt serve MODULE:AGENT`` runs one with uvicorn. See docs/server.md.
 """
 
+from agentrt.errors import MissingExtraError
+
+try:
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the packaging tests check it in a venv without the extra
+    raise MissingExtraError("agentrt.server (the HTTP server)", "server", exc.name) from exc
+
 from agentrt.server._auth import ApiKeyAuth, Authenticator, CombinedAuth, Principal, RateLimit, Scope
 from agentrt.server._errors import ApiError
 from agentrt.server._oidc import OidcAuth

@@ -3,7 +3,8 @@
 An `Authenticator` turns the ``Authorization`` header into a `Principal` (a user id and the
 `Scope`s it holds) or raises `ApiError` 401. `ApiKeyAuth` holds static keys; `OidcAuth`
 (``server/_oidc.py``) validates JWTs from an OpenID Connect provider; `CombinedAuth` tries several
-in order. The server then checks the route's scope (403) and the caller's rate limit (429).
+in order; `DevAuth` lets everyone in as one local user (``agentrt serve --dev``, loopback only).
+The server then checks the route's scope (403) and the caller's rate limit (429).
 
 API keys are kept only as SHA-256 digests: a lookup hashes the presented key and compares digests
 with `hmac.compare_digest`, so neither the comparison time nor a memory dump reveals a key, and no
@@ -15,6 +16,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import ipaddress
 import math
 import os
 import time
@@ -27,11 +29,15 @@ from agentrt.server._errors import ApiError
 
 __all__ = [
     "ALL_SCOPES",
+    "AUTH_HEADER",
     "DEFAULT_TOKEN_SCOPES",
     "ENV_API_KEYS",
+    "DEV_USER",
     "ApiKeyAuth",
     "Authenticator",
     "CombinedAuth",
+    "DevAuth",
+    "OpenAccessHeader",
     "Principal",
     "RateLimit",
     "RateLimiter",
@@ -40,6 +46,7 @@ __all__ = [
     "bearer_credentials",
     "check_rate",
     "is_configured",
+    "is_loopback",
     "parse_api_keys_env",
     "require_scope",
 ]
@@ -254,6 +261,100 @@ class CombinedAuth:
 
     def __repr__(self) -> str:
         return f"CombinedAuth({', '.join(map(repr, self.authenticators))})"
+
+
+DEV_USER = "dev"
+"""The user every request is in `agentrt serve --dev` (`DevAuth`)."""
+
+
+class DevAuth:
+    """No authentication: every request is `user_id`, holding every scope (``agentrt serve --dev``).
+
+    For local development only: the server refuses ``--dev`` on an interface other than loopback
+    and together with API keys or OIDC. An ``Authorization`` header, if any, is ignored.
+    """
+
+    __slots__ = ("principal",)
+
+    def __init__(self, user_id: str = DEV_USER) -> None:
+        if not isinstance(user_id, str) or not user_id or len(user_id) > MAX_USER_ID:
+            raise UserError("DevAuth needs a user id (a non-empty string of at most 200 characters)")
+        self.principal = Principal(user_id, ALL_SCOPES, "dev:" + user_id)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        return self.principal
+
+    def __repr__(self) -> str:
+        return f"DevAuth(user_id={self.principal.user_id!r})"
+
+
+AUTH_HEADER = "x-agentrt-auth"
+"""Response header of an app that needs no credentials (value ``none``): the web UI asks for no key."""
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this machine only.
+
+    ``127.0.0.0/8``, ``::1`` and ``localhost`` are.
+    """
+    name = host.strip().strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _header_host(value: str) -> str:
+    """The host name of a ``Host`` header or an ``Origin`` (``http://[::1]:8000`` -> ``::1``)."""
+    value = value.strip().lower()
+    if "://" in value:
+        value = value.split("://", 1)[1].split("/", 1)[0]
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class OpenAccessHeader:
+    """ASGI middleware of a `DevAuth` app: only this machine's pages and programs, and it says so.
+
+    Every HTTP response carries ``X-Agentrt-Auth: none`` (the web UI reads it on ``/healthz`` to
+    skip its API-key dialog). A request whose ``Host`` is not a loopback name (DNS rebinding: a web
+    page whose own name resolves to 127.0.0.1), or that a page of another site sends (its
+    ``Origin`` is not loopback), is refused with 403 before it reaches a route.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
+        host, origin = headers.get("host", ""), headers.get("origin")
+        if not is_loopback(_header_host(host)) or (origin is not None and not is_loopback(_header_host(origin))):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            refused = ApiError(
+                403,
+                "this server runs with --dev (no authentication) and only answers pages and programs of this "
+                "machine, addressed as localhost or a loopback address",
+                code="dev_mode_not_local",
+            )
+            await refused.response()(scope, receive, send)
+            return
+
+        async def send_with_header(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (AUTH_HEADER.encode(), b"none")]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
 
 
 def is_configured(auth: Authenticator) -> bool:

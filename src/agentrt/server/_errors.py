@@ -9,6 +9,7 @@ plus ``details`` (a list of ``{"loc", "msg", "type"}``) for validation errors.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -43,6 +44,7 @@ __all__ = [
     "JSONResponse",
     "error_for_exception",
     "exception_handlers",
+    "http_message",
     "json_response",
     "redact_secrets",
 ]
@@ -155,28 +157,93 @@ def redact_secrets(text: str) -> str:
     return _KEYWORD_SECRET.sub(r"\g<head>***", text)
 
 
-def error_for_exception(exc: BaseException) -> ApiError | None:
-    """The HTTP error for an exception raised by an agent call (None: an unexpected failure, a 500)."""
+_SESSION_ROUTE = "/v1/agents/{agent}/sessions/{session_id}"
+_CONFIRM_HINT = re.compile(
+    r"with Msg\.confirm\(\[ConfirmResult\(confirmed=\.\.\., tool_call=\.\.\.\)\]\)"
+    r"|with Msg\.confirm\(\[\.\.\.\]\)"
+)
+_RESULTS_HINT = re.compile(r"with Msg\.tool_results\(\[(?:ToolResultBlock\(\.\.\.\)|\.\.\.)\]\)")
+_CONFIRM_METADATA = re.compile(r"Msg\.metadata\['confirm_results'\] must be a list of ConfirmResult")
+_CALL_IDS = re.compile(r"\(([^()\s]+)\)")
+
+
+def _route(agent: str | None, session_id: str | None) -> str:
+    from urllib.parse import quote
+
+    route = _SESSION_ROUTE
+    if agent:
+        route = route.replace("{agent}", quote(agent, safe=""))
+    if session_id:
+        route = route.replace("{session_id}", quote(session_id, safe=""))
+    return route
+
+
+def http_message(text: str, *, agent: str | None = None, session_id: str | None = None) -> str:
+    """`text` (a runtime error's message) with its Python-API hints told the HTTP way.
+
+    The runtime says how to answer a waiting tool call in Python (``Msg.confirm([...])``,
+    ``Msg.tool_results([...])``); an HTTP client is told the route and body instead:
+    ``POST /v1/agents/{agent}/sessions/{session_id}/confirm`` with ``{"results": [...]}``. The
+    route names `agent` and `session_id` when they are known.
+    """
+    route = _route(agent, session_id)
+
+    def example_id(match: re.Match[str]) -> str:
+        before = text[: match.start()]
+        clause = before[before.rfind(":") + 1 :]
+        ids = _CALL_IDS.findall(clause)
+        return ids[-1] if ids else "<tool call id>"
+
+    def confirm(match: re.Match[str]) -> str:
+        body = json.dumps({"results": [{"tool_call_id": example_id(match), "confirmed": True}]})
+        return f"with POST {route}/confirm and the body {body} (false to deny, with an optional reason)"
+
+    def results(match: re.Match[str]) -> str:
+        body = json.dumps({"results": [{"tool_call_id": example_id(match), "output": "..."}]})
+        return f"with POST {route}/tool-results and the body {body}"
+
+    text = _CONFIRM_HINT.sub(confirm, text)
+    text = _RESULTS_HINT.sub(results, text)
+    return _CONFIRM_METADATA.sub(f'approvals go to POST {route}/confirm with {{"results": [...]}}', text)
+
+
+def error_for_exception(
+    exc: BaseException, *, agent: str | None = None, session_id: str | None = None
+) -> ApiError | None:
+    """The HTTP error for an exception raised by an agent call (None: an unexpected failure, a 500).
+
+    Messages that tell a Python caller what to do say it the HTTP way (`http_message`), naming the
+    routes of `agent` and `session_id` when given.
+    """
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, UserError):
+        return _user_error(exc, http_message(str(exc), agent=agent, session_id=session_id))
+    return _runtime_error(exc)
+
+
+def _user_error(exc: UserError, message: str) -> ApiError:
+    """The 409/422/429 of a mistake in the request (or in the session's state)."""
+    if isinstance(exc, NotPendingError):  # a stale or repeated answer (e.g. two approvals of one call at once)
+        return ApiError(409, message, code="not_pending")
+    if isinstance(exc, InvalidAnswerError):  # e.g. edited approval arguments the tool does not accept
+        return ApiError(422, message, code="invalid_answer")
+    if isinstance(exc, (InvalidValueError, InvalidTypeError)):  # e.g. a tool call in a user message
+        return ApiError(422, message, code="invalid_input")
+    if isinstance(exc, RunLimitError):  # the user's runs across the cluster (durable runs)
+        return ApiError(429, message, code="too_many_runs", headers={"Retry-After": str(_RUN_LIMIT_RETRY_AFTER)})
+    return ApiError(409, message, code="invalid_session_state")
+
+
+def _runtime_error(exc: BaseException) -> ApiError | None:
     if isinstance(exc, SessionBusyError):
         return ApiError(409, f"the session is busy: {exc}", code="session_busy")
     if isinstance(exc, StateConflictError):
         return ApiError(409, str(exc), code="state_conflict")
     if isinstance(exc, StateStoreError):
         return ApiError(503, f"the state store is unavailable: {exc}", code="store_unavailable")
-    if isinstance(exc, NotPendingError):  # a stale or repeated answer (e.g. two approvals of one call at once)
-        return ApiError(409, str(exc), code="not_pending")
-    if isinstance(exc, InvalidAnswerError):  # e.g. edited approval arguments the tool does not accept
-        return ApiError(422, str(exc), code="invalid_answer")
-    if isinstance(exc, (InvalidValueError, InvalidTypeError)):  # e.g. a tool call in a user message
-        return ApiError(422, str(exc), code="invalid_input")
     if isinstance(exc, JobRunError):  # a durable run failed on its worker: only the error's name came back
         return _job_error(exc)
-    if isinstance(exc, RunLimitError):  # the user's runs across the cluster (durable runs)
-        return ApiError(429, str(exc), code="too_many_runs", headers={"Retry-After": str(_RUN_LIMIT_RETRY_AFTER)})
-    if isinstance(exc, UserError):
-        return ApiError(409, str(exc), code="invalid_session_state")
     if isinstance(exc, RateLimitError):
         retry = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(max(1, math.ceil(retry)))} if isinstance(retry, (int, float)) else None
@@ -247,7 +314,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _agentrt_error(request: Request, exc: Exception) -> Response:
-    error = error_for_exception(exc)
+    params = request.path_params
+    error = error_for_exception(exc, agent=params.get("agent"), session_id=params.get("session_id"))
     if error is None:
         return await _server_error(request, exc)
     if error.status >= 500:

@@ -13,18 +13,39 @@ import inspect
 import json
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrt._target import import_target
+from agentrt._target import TargetError, import_target, is_factory, not_agents
 from agentrt.agent.base import AgentBase
 from agentrt.errors import UserError
-from agentrt.server._auth import ENV_API_KEYS, ApiKeyAuth, RateLimit, parse_api_keys_env, parse_scopes
+from agentrt.server._auth import (
+    DEV_USER,
+    ENV_API_KEYS,
+    ApiKeyAuth,
+    DevAuth,
+    RateLimit,
+    is_loopback,
+    parse_api_keys_env,
+    parse_scopes,
+)
+from agentrt.server._errors import redact_secrets
 from agentrt.server._limits import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["ServeConfig", "graceful_server", "load_agents", "load_config", "run_server"]
+__all__ = [
+    "DevModeError",
+    "ServeConfig",
+    "check_dev_host",
+    "describe_auth",
+    "dev_banner",
+    "graceful_server",
+    "load_agents",
+    "load_config",
+    "run_server",
+    "startup_summary",
+]
 
 _CONFIG_KEYS = {
     "api_keys",
@@ -68,6 +89,100 @@ _OIDC_ENV = {
 """Environment variables that set (over the config file) the main ``[oidc]`` settings."""
 
 
+class DevModeError(UserError):
+    """``agentrt serve --dev`` where it cannot be: on a non-loopback interface, or with credentials configured."""
+
+
+def check_dev_host(host: str) -> None:
+    """`DevModeError` unless `host` is a loopback interface (checked before anything binds)."""
+    if not is_loopback(host):
+        raise DevModeError(
+            f"--dev serves without authentication, so it only listens on this machine: --host {host!r} is not a "
+            "loopback address (use 127.0.0.1, ::1 or localhost); to serve other machines, drop --dev and "
+            f"configure API keys ({ENV_API_KEYS}) or OIDC"
+        )
+
+
+def dev_banner(host: str, port: int, user_id: str = DEV_USER) -> str:
+    """The warning `agentrt serve --dev` prints before it starts (plain text, several lines)."""
+    return "\n".join(
+        [
+            "!" * 78,
+            "!!  DEVELOPMENT MODE (--dev): NO AUTHENTICATION",
+            f"!!  Every request, from any program on this machine, acts as the user {user_id!r}",
+            f"!!  with every scope. Listening on {host}:{port} (loopback) only.",
+            "!!  For local development only: never use --dev in production.",
+            "!" * 78,
+        ]
+    )
+
+
+def describe_auth(auth: Any) -> str:
+    """How callers authenticate, in a few words: ``API keys (2)``, ``OIDC bearer tokens from <issuer>``..."""
+    from agentrt.server._auth import CombinedAuth
+
+    if isinstance(auth, DevAuth):
+        return f"none (--dev): every request is the user {auth.principal.user_id!r}"
+    if isinstance(auth, ApiKeyAuth):
+        return f"API keys ({len(auth)})"
+    if isinstance(auth, CombinedAuth):
+        return " or ".join(describe_auth(member) for member in auth.authenticators)
+    issuer = getattr(auth, "issuer", None)
+    if isinstance(issuer, str):
+        return f"OIDC bearer tokens from {redact_secrets(issuer)}"
+    return type(auth).__name__
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def startup_summary(
+    agents: Mapping[str, AgentBase],
+    *,
+    host: str,
+    port: int,
+    store_url: str | None,
+    store: Any = None,
+    auth: str,
+    knowledge_url: str | None = None,
+    jobs_url: str | None = None,
+) -> list[str]:
+    """What ``agentrt serve`` prints once it listens: the agents, the stores (passwords masked), the URLs.
+
+    `store_url` is the URL of `store`, the store of the agents without one of their own.
+    """
+    from agentrt.state import default_state_url
+
+    base = f"http://{_url_host(host)}:{port}"
+    lines = [f"agentrt serve: {len(agents)} agent(s): {', '.join(agents)}"]
+    shared = [name for name, agent in agents.items() if not agent.has_own_store]
+    if store_url:
+        lines.append(f"  store:     {redact_secrets(store_url)}")
+    elif shared:
+        lines.append(
+            f"  store:     {redact_secrets(default_state_url())} (the default; set --store or AGENTRT_STATE_URL)"
+        )
+    own = [
+        f"{name} ({type(agent.state_store).__name__})"
+        for name, agent in agents.items()
+        if agent.has_own_store and (store is None or agent.state_store is not store)
+    ]
+    if own:
+        lines.append(f"  own store: {', '.join(own)}")
+    if knowledge_url:
+        lines.append(f"  knowledge: {redact_secrets(knowledge_url)}")
+    if jobs_url:
+        lines.append(f"  jobs:      {redact_secrets(jobs_url)}")
+    lines += [
+        f"  auth:      {auth}",
+        f"  API:       {base}/v1  (e.g. GET {base}/v1/agents)",
+        f"  web UI:    {base}/",
+        f"  OpenAPI:   {base}/openapi.json",
+    ]
+    return lines
+
+
 @dataclass(slots=True, kw_only=True)
 class ServeConfig:
     """Settings of `agentrt serve` (from ``--config FILE`` and the environment)."""
@@ -96,8 +211,24 @@ class ServeConfig:
                 self.oidc[name] = _oidc_value(name, value)
         return self
 
-    def auth_options(self) -> dict[str, Any]:
-        """`create_app`'s `api_keys` and `auth`: the keys, an `OidcAuth`, or both (`UserError` if half set)."""
+    def auth_options(self, *, dev: bool = False) -> dict[str, Any]:
+        """`create_app`'s `api_keys` and `auth`: the keys, an `OidcAuth`, or both (`UserError` if half set).
+
+        `dev` (``agentrt serve --dev``): a `DevAuth`, no credentials at all; a `DevModeError` when
+        keys or OIDC are configured too (a deployment's settings never turn into an open server).
+        """
+        if dev:
+            configured = []
+            if self.api_keys:
+                configured.append(f"API keys ({ENV_API_KEYS} or api_keys in the config file)")
+            if self.oidc:
+                configured.append("OIDC (--oidc-* options, AGENTRT_OIDC_* variables or the [oidc] table)")
+            if configured:
+                raise DevModeError(
+                    f"--dev serves without authentication and cannot be combined with {' and '.join(configured)}: "
+                    "drop --dev to use them, or unset them for local development"
+                )
+            return {"api_keys": None, "auth": DevAuth()}
         keys = ApiKeyAuth(self.api_keys)
         if not self.oidc:
             return {"api_keys": keys}
@@ -113,10 +244,10 @@ class ServeConfig:
         auth = OidcAuth(oidc.pop("issuer"), oidc.pop("audience"), **oidc)
         return {"api_keys": keys, "auth": auth} if len(keys) else {"auth": auth}
 
-    def app_options(self) -> dict[str, Any]:
-        """Keyword arguments for `create_app`."""
+    def app_options(self, *, dev: bool = False) -> dict[str, Any]:
+        """Keyword arguments for `create_app` (`dev`: no authentication, see `auth_options`)."""
         return {
-            **self.auth_options(),
+            **self.auth_options(dev=dev),
             "max_body_bytes": self.max_body_bytes,
             "rate_limit": self.rate_limit,
             "shutdown_timeout": self.shutdown_timeout,
@@ -263,20 +394,34 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
 def load_agents(target: str) -> dict[str, AgentBase] | AgentBase | Sequence[AgentBase]:
     """The agents named by ``MODULE:ATTR``: an agent, a dict or list of agents, or a factory returning one.
 
-    The current directory is importable, as with ``python -m``.
+    The current directory is importable, as with ``python -m``. Anything else (a tool, a toolkit,
+    a class, a function that needs arguments...) is a `TargetError` saying what it is.
     """
     value = import_target(target, example="myapp.agents:assistant")
-    if callable(value) and not isinstance(value, AgentBase) and not isinstance(value, type):
+    returned = False
+    if not isinstance(value, (AgentBase, Mapping, list, tuple)):
+        if not is_factory(value):
+            raise not_agents(target, value)
         value = value()
+        returned = True
         if inspect.isawaitable(value):
-            raise UserError(f"{target} is an async factory; make it a plain function returning the agents")
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: no "coroutine was never awaited" warning
+            raise TargetError(
+                f"{target} is an async factory; make it a plain function returning the agents",
+                target=target,
+                found="an async function",
+            )
     if isinstance(value, AgentBase):
         return value
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    raise UserError(f"{target} is a {type(value).__name__}, not an agent, a dict of agents or a factory of them")
+    if isinstance(value, (Mapping, list, tuple)):
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        for key, item in items:
+            if not isinstance(item, AgentBase):
+                where = f"{target}{'()' if returned else ''}[{key!r}]"
+                raise not_agents(where, item, accepts="every item must be an agent")
+        return dict(value) if isinstance(value, Mapping) else list(value)
+    raise not_agents(target, value, returned=returned)
 
 
 _PYTHON_GC_THRESHOLD = (700, 10, 10)
@@ -287,11 +432,14 @@ again; measured on benchmarks/server.py, 1,000 concurrent sessions: ~20% less se
 An application that sets its own thresholds before serving keeps them."""
 
 
-def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> Any:
+def graceful_server(
+    app: Any, *, close: Sequence[Any] = (), started: Callable[[str, int], None] | None = None, **options: Any
+) -> Any:
     """A ``uvicorn.Server`` for `app` whose shutdown first interrupts and checkpoints the app's runs.
 
     `options` go to ``uvicorn.Config``; `close` lists objects (state stores) whose ``close()`` is
-    awaited once the server has stopped.
+    awaited once the server has stopped; `started` is called with the host and port it listens on
+    (the port really bound, for ``port=0``) once it accepts connections.
     """
     import uvicorn
 
@@ -301,6 +449,8 @@ def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> A
     class GracefulServer(uvicorn.Server):
         async def startup(self, sockets: list[Any] | None = None) -> None:
             await super().startup(sockets)
+            if started is not None and self.started:
+                started(*_bound(self, options.get("host", "127.0.0.1"), options.get("port", 8000)))
             # Everything loaded so far (modules, agents, tools) lives as long as the process: keep
             # it out of the cyclic GC's generations, whose full scans otherwise grow with it.
             gc.collect()
@@ -320,6 +470,16 @@ def graceful_server(app: Any, *, close: Sequence[Any] = (), **options: Any) -> A
     return GracefulServer(uvicorn.Config(app, **options))
 
 
+def _bound(server: Any, host: str, port: int) -> tuple[str, int]:
+    """The host and port `server` listens on (its first socket's), else the ones it was given."""
+    for listener in getattr(server, "servers", None) or ():
+        for sock in getattr(listener, "sockets", None) or ():
+            name = sock.getsockname()
+            if isinstance(name, tuple) and len(name) >= 2:
+                return host, int(name[1])
+    return host, port
+
+
 def run_server(
     app: Any,
     *,
@@ -328,9 +488,15 @@ def run_server(
     log_level: str = "info",
     access_log: bool = True,
     close: Sequence[Any] = (),
+    started: Callable[[str, int], None] | None = None,
 ) -> None:
-    """Run `app` (from `create_app`) with uvicorn until SIGINT/SIGTERM, shutting down gracefully."""
-    import asyncio
+    """Run `app` (from `create_app`) with uvicorn until SIGINT/SIGTERM, shutting down gracefully.
 
-    server = graceful_server(app, close=close, host=host, port=port, log_level=log_level, access_log=access_log)
-    asyncio.run(server.serve())
+    `started(host, port)` is called once it listens (``agentrt serve`` prints its URLs then).
+    """
+    server = graceful_server(
+        app, close=close, started=started, host=host, port=port, log_level=log_level, access_log=access_log
+    )
+    # uvicorn's own runner: it builds the loop its config names (uvloop when installed, as with
+    # `uvicorn[standard]`); a plain `asyncio.run` would serve on the slower default loop.
+    server.run()

@@ -41,19 +41,22 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-
-from agentrt.errors import SessionBusyError
+from agentrt.errors import MissingExtraError, SessionBusyError
 from agentrt.message import Msg
 from agentrt.state.base import AgentState, AgentStateStore, SessionInfo
+
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        REGISTRY,
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        generate_latest,
+    )
+except ImportError as exc:  # pragma: no cover - the packaging tests check it in a venv without the extra
+    raise MissingExtraError("Prometheus metrics (MetricsMiddleware, /metrics)", "otel", exc.name) from exc
 
 __all__ = [
     "DEFAULT_NAMESPACE",

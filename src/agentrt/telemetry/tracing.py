@@ -9,13 +9,18 @@ conventions for generative AI (``gen_ai.*``), plus the general ``session.id``, `
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
-
+from agentrt.errors import MissingExtraError
 from agentrt.message import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
+except ImportError as exc:  # pragma: no cover - the packaging tests check it in a venv without the extra
+    raise MissingExtraError("OpenTelemetry tracing (TracingMiddleware, setup_tracing)", "otel", exc.name) from exc
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -162,13 +167,24 @@ def json_attribute(value: Any) -> str:
 
 
 def setup_tracing(
-    exporter: SpanExporter | None = None, *, service_name: str = "agentrt", simple: bool = False
+    exporter: SpanExporter | None = None,
+    *,
+    service_name: str = "agentrt",
+    simple: bool = False,
+    set_global: bool = True,
 ) -> SdkTracerProvider:
-    """A ready SDK `TracerProvider` exporting to `exporter` (the console when None).
+    """A ready SDK `TracerProvider` exporting to `exporter` (the console when None), made the global one.
+
+    ``setup_tracing(exporter)`` then ``TracingMiddleware()`` exports agentrt's spans: unless
+    `set_global` is False, the provider becomes OpenTelemetry's global tracer provider (the one a
+    `TracingMiddleware` without a provider uses, and other instrumentations too) when none is set
+    yet. OpenTelemetry lets a process set it only once: when one is already set, it is kept, a
+    warning says so, and the returned provider only serves those given it
+    (``TracingMiddleware(provider)``).
 
     A convenience for scripts and examples; applications usually configure the SDK themselves
-    (e.g. with an OTLP exporter) and pass their provider to `TracingMiddleware`, or set it
-    globally. `simple=True` exports each span as it ends (tests); otherwise spans are batched.
+    (e.g. with an OTLP exporter). `simple=True` exports each span as it ends (tests); otherwise
+    spans are batched (and flushed when the process exits, or by ``provider.force_flush()``).
 
     Needs ``opentelemetry-sdk``.
     """
@@ -179,4 +195,12 @@ def setup_tracing(
     provider = _SdkTracerProvider(resource=Resource.create({"service.name": service_name}))
     exporter = exporter if exporter is not None else ConsoleSpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter) if simple else BatchSpanProcessor(exporter))
+    if set_global:
+        if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # none set yet
+            trace.set_tracer_provider(provider)
+        else:
+            logging.getLogger("agentrt.telemetry").warning(
+                "setup_tracing: a global tracer provider is already set and stays; pass the provider "
+                "setup_tracing returns to TracingMiddleware(tracer_provider=...) to export to its exporter"
+            )
     return provider

@@ -36,7 +36,7 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import META_RAW_ARGUMENTS
 from agentrt.model.base import ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
-from agentrt.model.providers._errors import classify_api_error
+from agentrt.model.providers._errors import classify_api_error, missing_version_hint, public_url
 from agentrt.model.providers._retry_after import parse_retry_after
 
 __all__ = [
@@ -966,8 +966,14 @@ def api_error(
     raw: bytes,
     api_key: str | None = None,
     key_env: str | None = None,
+    url: str = "",
+    base_url: str = "",
 ) -> ModelAPIError:
-    """The typed error for an HTTP error response; the message never contains the API key."""
+    """The typed error for an HTTP error response; the message never contains the API key.
+
+    With `url` (the URL requested) the message names it; a 404 from a `base_url` without a
+    version segment suggests adding ``/v1``.
+    """
     text = raw.decode("utf-8", "replace")
     if api_key and api_key in text:
         text = text.replace(api_key, "***")
@@ -979,10 +985,11 @@ def api_error(
     message, code = _error_details(body)
     where = f"{provider} model {model!r}: HTTP {status}" + (f" ({code})" if code else "")
     hint = f"; check the API key ({key_env} or api_key=...)" if key_env else "; check the API key"
+    requested = f" (POST {public_url(url)})" if url else ""
     return classify_api_error(
         status,
         body,
-        text=f"{where}: {message}",
+        text=f"{where}: {message}{requested}{missing_version_hint(status, base_url)}",
         model=model,
         message=message,
         too_long=_CONTEXT_MARKERS,

@@ -12,8 +12,10 @@ faster than its default httpx transport for streamed replies (see docs/providers
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, cast
+from urllib.parse import urlsplit
 
 try:
     import anthropic
@@ -45,7 +47,13 @@ from agentrt.message import (
     token_count,
 )
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
-from agentrt.model.providers._errors import classify_api_error
+from agentrt.model.providers._errors import (
+    classify_api_error,
+    connection_cause,
+    public_url,
+    request_target,
+    response_url,
+)
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
 from agentrt.model.providers._wire_tools import WireTools
@@ -82,6 +90,8 @@ _ERROR_TYPE_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
+_DEFAULT_ENDPOINT = "https://api.anthropic.com"
+"""Where the SDK sends requests without a base_url or ANTHROPIC_BASE_URL."""
 _TOO_LONG = ("prompt is too long", "exceed context limit", "context window", "too many total text bytes")
 
 
@@ -295,7 +305,7 @@ class AnthropicChatModel(ChatModel):
                     if chunk is not None:
                         yield chunk
         except _STREAM_ERRORS as exc:
-            raise _map_error(exc, model) from exc
+            raise _map_error(exc, model, self._endpoint()) from exc
 
     async def _open_stream(self, call: dict[str, Any]) -> Any:
         """Start the streamed request (the SDK's event stream)."""
@@ -311,6 +321,12 @@ class AnthropicChatModel(ChatModel):
                     model=self.model_name,
                 ) from exc
             raise
+
+    def _endpoint(self) -> str:
+        """The API root requests go to (for error messages): base_url, ANTHROPIC_BASE_URL or the API's own."""
+        if self._given_client is not None:
+            return str(self._given_client.base_url)
+        return self._base_url or os.environ.get("ANTHROPIC_BASE_URL") or _DEFAULT_ENDPOINT
 
     def __repr__(self) -> str:
         return f"AnthropicChatModel({self.model_name!r})"
@@ -618,21 +634,18 @@ def _tool_choice(choice: str | Mapping[str, Any] | None, parallel: bool | None) 
 # --------------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------------
-def _map_error(exc: BaseException, model: str) -> ModelError:
-    """The agentrt error for an SDK or transport exception."""
+def _map_error(exc: BaseException, model: str, endpoint: str = _DEFAULT_ENDPOINT) -> ModelError:
+    """The agentrt error for an SDK or transport exception; `endpoint` is the API root requests go to."""
+    url = request_target(exc, endpoint)
     if isinstance(exc, _STREAM_TIMEOUTS):
-        return ModelTimeoutError(f"Anthropic model {model!r} timed out: {exc}")
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f"{exc} ({cause!r})" if cause is not None else str(exc)
-        return ModelConnectionError(f"connection to the Anthropic API failed for model {model!r}: {detail}")
+        return ModelTimeoutError(f"Anthropic model {model!r} timed out ({url}): {exc}")
     if isinstance(exc, _CREDENTIALS_ERRORS):
         return AuthenticationError(
             f"no usable Anthropic credentials for model {model!r}: pass api_key=... or set ANTHROPIC_API_KEY ({exc})",
             model=model,
         )
-    if not isinstance(exc, anthropic.AnthropicError):
-        return ModelConnectionError(f"connection to the Anthropic API failed for model {model!r}: {exc!r}")
+    if isinstance(exc, anthropic.APIConnectionError) or not isinstance(exc, anthropic.AnthropicError):
+        return ModelConnectionError(f"Anthropic model {model!r}: cannot connect to {url}: {connection_cause(exc)}")
     if isinstance(exc, anthropic.APIStatusError):
         body = exc.body
         error = body.get("error") if isinstance(body, Mapping) else None
@@ -648,6 +661,11 @@ def _map_error(exc: BaseException, model: str) -> ModelError:
         else:
             headers = exc.response.headers
         text = f"Anthropic API error {status}" + (f" ({err_type})" if err_type else "") + f" from {model!r}: {message}"
+        requested = response_url(getattr(exc, "response", None)) if exc.status_code >= 400 else None
+        if requested:
+            text += f" (POST {requested})"
+        if status == 404 and urlsplit(endpoint).path.rstrip("/").endswith("/v1"):
+            text += f"; base_url {public_url(endpoint)} ends in /v1, which the SDK adds itself: drop it"
         return classify_api_error(
             status,
             body,

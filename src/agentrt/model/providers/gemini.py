@@ -21,6 +21,7 @@ import mimetypes
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 try:
     from google import genai
@@ -59,7 +60,13 @@ from agentrt.message import (
 )
 from agentrt.model._accumulate import ReplyAccumulator
 from agentrt.model.base import ChatModel, ChatResponse, GenerateOptions, ToolCallChunk, ToolSchema
-from agentrt.model.providers._errors import classify_api_error
+from agentrt.model.providers._errors import (
+    classify_api_error,
+    connection_cause,
+    public_url,
+    request_target,
+    response_url,
+)
 from agentrt.model.providers._loop_clients import LoopClients
 from agentrt.model.providers._retry_after import parse_retry_after
 from agentrt.model.providers._wire_tools import WireTools
@@ -122,6 +129,8 @@ try:
     import aiohttp as _aiohttp
 except ImportError:  # pragma: no cover - the SDK falls back to httpx
     _aiohttp = None
+_DEFAULT_ENDPOINT = "https://generativelanguage.googleapis.com"
+"""Where the SDK sends Gemini API requests without a base_url."""
 _HAS_AIOHTTP_OPTION = "aiohttp_client" in types.HttpOptions.model_fields
 _HAS_CONTINUATION = "automatic_continuation" in types.GenerateContentConfig.model_fields
 _MAX_CONNECTIONS = 1000
@@ -314,7 +323,7 @@ class GeminiChatModel(ChatModel):
                 if aclose is not None:
                     await aclose()
         except _MAPPED_ERRORS as exc:
-            raise _map_error(exc, model) from exc
+            raise _map_error(exc, model, self._endpoint()) from exc
         for chunk in state.finish():
             yield chunk
 
@@ -327,7 +336,7 @@ class GeminiChatModel(ChatModel):
         try:
             response = await client.aio.models.generate_content(model=self.model_name, contents=contents, config=config)
         except _MAPPED_ERRORS as exc:
-            raise _map_error(exc, self.model_name) from exc
+            raise _map_error(exc, self.model_name, self._endpoint()) from exc
         state = _ReplyState()
         acc = ReplyAccumulator()
         for chunk in state.chunks(response):
@@ -335,6 +344,18 @@ class GeminiChatModel(ChatModel):
         for chunk in state.finish():
             acc.add(chunk)
         return acc.message(name=None)
+
+    def _endpoint(self) -> str:
+        """The API root requests go to, for error messages: base_url, http_options' base_url or the API's own."""
+        if self._base_url:
+            return self._base_url
+        given = self._client_options.get("http_options")
+        base = given.get("base_url") if isinstance(given, Mapping) else getattr(given, "base_url", None)
+        if isinstance(base, str) and base:
+            return base
+        if self._client_options.get("vertexai"):
+            return "https://aiplatform.googleapis.com (Vertex AI)"
+        return _DEFAULT_ENDPOINT
 
     def __repr__(self) -> str:
         return f"GeminiChatModel({self.model_name!r})"
@@ -694,12 +715,17 @@ def _retry_after(exc: genai_errors.APIError) -> float | None:
     return None
 
 
-def _map_error(exc: BaseException, model: str) -> ModelError:
-    """The agentrt error for an SDK or transport exception."""
+def _map_error(exc: BaseException, model: str, endpoint: str = _DEFAULT_ENDPOINT) -> ModelError:
+    """The agentrt error for an SDK or transport exception; `endpoint` is the API root requests go to."""
     if isinstance(exc, genai_errors.APIError):
         status = exc.code
         message = exc.message or str(exc)
         text = f"Gemini API error {status}" + (f" ({exc.status})" if exc.status else "") + f" from {model!r}: {message}"
+        requested = response_url(getattr(exc, "response", None))
+        if requested:
+            text += f" (POST {requested})"
+        if status == 404 and re.search(r"/v\d+(?:alpha|beta)?\d*/?$", urlsplit(endpoint).path):
+            text += f"; base_url {public_url(endpoint)} ends in an API version, which the SDK adds itself: drop it"
         return classify_api_error(
             status,
             exc.details,
@@ -713,6 +739,7 @@ def _map_error(exc: BaseException, model: str) -> ModelError:
         )
     if isinstance(exc, genai_errors.UnknownApiResponseError):
         return ModelBehaviorError(f"Gemini model {model!r} sent a response that is not JSON: {exc}")
+    url = request_target(exc, endpoint)
     if isinstance(exc, _TIMEOUT_ERRORS):
-        return ModelTimeoutError(f"Gemini model {model!r} timed out: {exc!r}")
-    return ModelConnectionError(f"connection to the Gemini API failed for model {model!r}: {exc!r}")
+        return ModelTimeoutError(f"Gemini model {model!r} timed out ({url}): {str(exc) or type(exc).__name__}")
+    return ModelConnectionError(f"Gemini model {model!r}: cannot connect to {url}: {connection_cause(exc)}")

@@ -34,6 +34,7 @@ from agentrt.errors import (
 )
 from agentrt.message import Msg
 from agentrt.model.base import DEFAULT_OPTIONS, ChatModel, ChatResponse, GenerateOptions, ToolSchema
+from agentrt.model.providers._errors import connection_cause, public_url
 from agentrt.model.providers._http import DEFAULT_MAX_CONNECTIONS, SessionLease
 from agentrt.model.providers._openai_format import (
     ChatCompletionsFormat,
@@ -375,6 +376,8 @@ class OpenAIChatModel(ChatModel):
                 raw=await resp.read(),
                 api_key=self.api_key,
                 key_env=self.api_key_env,
+                url=str(self._url),
+                base_url=self.base_url,
             )
 
     def streams(self, options: GenerateOptions | None = None) -> bool:
@@ -408,20 +411,21 @@ class OpenAIChatModel(ChatModel):
 
     def _transport_error(self, exc: TimeoutError | aiohttp.ClientError | ConnectionError) -> AgentrtError:
         """The agentrt error for a failure of the HTTP transport (checked most specific first)."""
+        url = public_url(self._url)
         if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError and ConnectionTimeoutError included
             return ModelTimeoutError(
                 f"{self.provider} model {self.model_name!r}: request to {self._url.host} timed out "
-                f"({str(exc) or type(exc).__name__})"
+                f"({str(exc) or type(exc).__name__}; POST {url})"
             )
         if isinstance(exc, aiohttp.InvalidURL):
             return UserError(f"invalid base_url {self.base_url!r}: {exc}")
         if isinstance(exc, aiohttp.ClientConnectorError):
             return ModelConnectionError(
-                f"{self.provider} model {self.model_name!r}: cannot connect to {self.base_url}: {exc.os_error}"
+                f"{self.provider} model {self.model_name!r}: cannot connect to {url}: {connection_cause(exc)}"
             )
         return ModelConnectionError(
             f"{self.provider} model {self.model_name!r}: connection to {self._url.host} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"{connection_cause(exc)} (POST {url})"
         )
 
     def _completion(self, raw: bytes) -> ChatResponse:
