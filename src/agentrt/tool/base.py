@@ -343,17 +343,23 @@ def tool(
         fn: The function (``@tool`` without parentheses, or ``tool(fn, name="lookup")`` for a lambda).
         name: Tool name; defaults to the function name.
         description: Description; defaults to the docstring.
-        timeout: Seconds before the call is cancelled and an error goes back to the model; None for no limit.
-        read_only: The tool changes nothing (allowed in explore mode, never asks for approval).
-        destructive: The tool changes or deletes things (asks for approval by default; runs alone).
-        requires_confirmation: Always ask the user before running.
-        external: The caller runs this tool; the run pauses for its result.
-        group: Tool group the tool belongs to.
-        max_calls: Most calls allowed per agent call; further calls are refused with a message to the model.
-        concurrency_safe: May run in parallel with other calls of one turn (default: not destructive).
-        idempotent: Safe to re-run after a crash interrupted it.
-        check_permission: ``check(args, ctx)`` deciding allow / ask / deny for one call.
-        edit: The tool edits files (``ACCEPT_EDITS`` mode runs it without asking inside the workspace).
+        **options: The `ToolOptions`, all keywords:
+
+            - ``timeout``: Seconds before the call is cancelled and an error goes back to the model;
+              None for no limit.
+            - ``read_only``: The tool changes nothing (allowed in explore mode, never asks for approval).
+            - ``destructive``: The tool changes or deletes things (asks for approval by default; runs alone).
+            - ``requires_confirmation``: Always ask the user before running.
+            - ``external``: The caller runs this tool; the run pauses for its result.
+            - ``group``: Tool group the tool belongs to.
+            - ``max_calls``: Most calls allowed per agent call; further calls are refused with a message
+              to the model.
+            - ``concurrency_safe``: May run in parallel with other calls of one turn (default: not
+              destructive).
+            - ``idempotent``: Safe to re-run after a crash interrupted it.
+            - ``check_permission``: ``check(args, ctx)`` deciding allow / ask / deny for one call.
+            - ``edit``: The tool edits files (``ACCEPT_EDITS`` mode runs it without asking inside the
+              workspace).
     """
     opts = _with_defaults(options, name)
 

@@ -69,7 +69,11 @@ class PostgresLongTermMemory:
             out when you pass `engine`.
         engine: Use this async engine (never disposed by the memory).
         table_prefix: Prefix of the table name (letters, digits, underscores; ≤ 40 characters).
-        ttl, cap, clock, embed, vector_scan_limit: As for `SqliteLongTermMemory`.
+        ttl: As for `SqliteLongTermMemory`.
+        cap: As for `SqliteLongTermMemory`.
+        clock: As for `SqliteLongTermMemory`.
+        embed: As for `SqliteLongTermMemory`.
+        vector_scan_limit: As for `SqliteLongTermMemory`.
         use_pgvector: ``"auto"`` uses the pgvector extension for vector search when it is installed
             in the database (and an `embed` function is given); False never does.
     """

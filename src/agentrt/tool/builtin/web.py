@@ -151,7 +151,7 @@ class WebTools:
     ) -> str:
         """Fetch a web page or file over HTTP(S) and return its content as text.
 
-        HTML is converted to readable text with links as [text](url); JSON is pretty-printed; other
+        HTML is converted to readable text with links as ``[text](url)``; JSON is pretty-printed; other
         binary content is described, not returned. Private and local network addresses are refused.
 
         Args:
