@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,all
 
-.PHONY: help venv node-deps demo test coverage-ratchet test-pythons unit integration lint format typecheck bench charts clean
+.PHONY: help venv node-deps demo dist docs test coverage-ratchet test-pythons unit integration lint format typecheck bench charts bench-chart clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,13 +18,33 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv and install agentrt with its extras
 
-demo: $(STAMP) ## Run the offline demo (scripted model, real tools)
+# The demo needs agentrt's core dependencies only (scripted model, SQLite store, built-in tools): no
+# extras. A .venv that `make venv` filled (and is up to date) already has them.
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then \
+	  echo "==> $(VENV) already has agentrt with its extras (make venv): nothing to install for the demo"; \
+	else \
+	  echo "==> Installing agentrt and its core dependencies only (no extras, about 40 MB) into $(VENV) for the demo"; \
+	  { [ -x $(BIN)/python ] || $(PY) -m venv $(VENV); } && $(BIN)/python -m pip install -e .; \
+	fi
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP) ## Run the offline demo (scripted model, real tools); installs only what it needs
 	$(BIN)/agentrt demo
+
+# scripts/check_dist.py: `make dist DIST_FLAGS=--extras` also installs each extra in its own venv.
+dist: $(STAMP) ## Build wheel+sdist into dist/, twine check, install the wheel in a fresh venv, run agentrt demo
+	$(BIN)/python scripts/check_dist.py --outdir dist $(DIST_FLAGS)
 
 node-deps: ## npm packages the interop tests drive (MCP reference server, AG-UI client)
 	bash scripts/install-node-deps.sh
 
-test: $(STAMP) lint node-deps ## Lint, type-check, run the whole test suite with branch coverage, check the floor
+# mkdocs.yml: --strict fails on a broken link or anchor and on a docstring mkdocstrings cannot render.
+docs: $(STAMP) ## Build the documentation site (MkDocs Material, API reference from the docstrings) into site/
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: $(STAMP) lint node-deps docs ## Lint, type-check, build the docs, run the whole test suite with branch coverage, check the floor
 	$(BIN)/python -m pytest -q --cov --cov-report=
 	$(BIN)/python scripts/coverage_ratchet.py
 
@@ -80,6 +100,10 @@ bench: $(BENCH_STAMP) ## Run the benchmarks (tables printed, JSON under benchmar
 
 charts: $(BENCH_STAMP) ## Redraw docs/img/scaling-*.svg from the JSON in benchmarks/results/
 	$(BIN)/python benchmarks/charts.py
+
+bench-chart: $(BENCH_STAMP) ## Redraw docs/img/peers.svg (agentrt against its peers) from benchmarks/results/peers.json
+	$(BIN)/python benchmarks/peers.py chart
+	$(BIN)/python benchmarks/peers.py table
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
