@@ -1,15 +1,19 @@
 """The HTTP server under load: N concurrent SSE sessions against a real uvicorn process.
 
-The "floor" rows serve the same request and the same SSE events from a bare Starlette endpoint on
-the same uvicorn (no agent, no store): what the HTTP stack alone costs on this machine.
+Two floors answer the same request with the same SSE events on the same uvicorn (uvloop and
+httptools, as ``agentrt serve`` runs it), with no agent and no store: "floor" from a bare Starlette
+endpoint (a StreamingResponse), "floor-asgi" from a raw ASGI callable (what uvicorn alone costs).
 
 The server (a separate process started by this script) serves one agent whose scripted model
-answers after 200 ms (streamed word by word), with the in-memory store. The client opens N SSE
-streams at once (``POST .../messages`` with ``stream: true``, one session each, over aiohttp) and
-measures, per request, the time to the first SSE event (``run_started``, before the model is
-called), the time to the first text delta (after the model's latency) and the time to
-``run_finished``. Server CPU (user + system) comes from ``resource.getrusage`` in the server
-process through a stats route that only the benchmark mode of this script mounts.
+answers after 200 ms (streamed word by word), with the in-memory store by default. The client opens
+N SSE streams at once (``POST .../messages`` with ``stream: true``, one session each) and measures,
+per request, the time to the first SSE event (``run_started``, before the model is called), the
+time to the first text delta (after the model's latency) and the time to ``run_finished``. The
+default client writes the request on a raw socket and looks for the event markers in the bytes it
+receives: it shares the two cores with the server, and aiohttp's client (``--client aiohttp``)
+spends more CPU per request than the server does, which would show up as server latency. Server
+CPU (user + system) comes from ``resource.getrusage`` in the server process through a stats route
+that only the benchmark mode of this script mounts.
 
 Prints a table and writes benchmarks/results/server.json.
 Run: `.venv/bin/python benchmarks/server.py [--sessions 1000] [--latency 0.2] [--rounds 3]`.
@@ -105,17 +109,71 @@ def serve_floor(port: int, latency: float) -> None:
         ]
     )
     server = graceful_server(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
-    asyncio.run(server.serve())
+    server.run()  # uvicorn builds its loop (uvloop when installed), as `agentrt serve` does
+
+
+def serve_floor_asgi(port: int, latency: float) -> None:
+    """A lower floor: a raw ASGI callable on the same uvicorn (no Starlette): what uvicorn alone costs."""
+    from agentrt.server._serve import graceful_server
+
+    words = [w + " " for w in ANSWER.split(" ")]
+    header = [(b"content-type", b"text/event-stream")]
+    start_message = {"type": "http.response.start", "status": 200, "headers": header}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                while (await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if path == "/healthz":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        if path == "/_bench/stats":
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            data = json.dumps({"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_kib": usage.ru_maxrss})
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": data.encode()})
+            return
+        if dict(scope["headers"]).get(b"authorization") != f"Bearer {KEY}".encode():
+            raise RuntimeError("unauthenticated")
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = json.loads(b"".join(chunks))
+        await send(start_message)
+        started = json.dumps({"type": "run_started", "input": body["input"]}).encode()
+        await send(
+            {"type": "http.response.body", "body": b"event: run_started\ndata: " + started + b"\n\n", "more_body": True}
+        )
+        await asyncio.sleep(latency)
+        rest = b"".join(
+            b'event: text_delta\ndata: {"type":"text_delta","delta":' + json.dumps(word).encode() + b"}\n\n"
+            for word in words
+        )
+        await send({"type": "http.response.body", "body": rest, "more_body": True})
+        await send({"type": "http.response.body", "body": b'event: run_finished\ndata: {"type":"run_finished"}\n\n'})
+
+    server = graceful_server(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
+    server.run()  # uvicorn builds its loop (uvloop when installed), as `agentrt serve` does
 
 
 def serve(port: int, latency: float, store_url: str = "memory") -> None:
     if store_url == "floor":
         serve_floor(port, latency)
         return
-    from starlette.applications import Starlette
+    if store_url == "floor-asgi":
+        serve_floor_asgi(port, latency)
+        return
     from starlette.requests import Request
     from starlette.responses import JSONResponse
-    from starlette.routing import Mount, Route
+    from starlette.routing import Route
 
     from agentrt import ReActAgent
     from agentrt.model import ScriptedModel
@@ -143,12 +201,11 @@ def serve(port: int, latency: float, store_url: str = "memory") -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return JSONResponse({"cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_kib": usage.ru_maxrss})
 
-    bench_app = Starlette(routes=[Route("/_bench/stats", stats), Mount("/", app=app)])
-    bench_app.state.agentrt = app.state.agentrt
-    server = graceful_server(
-        bench_app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096
-    )
-    asyncio.run(server.serve())
+    # The stats route joins the app's own routes: mounting the app under another Starlette would
+    # run every request through a second middleware stack and router, which a deployment does not.
+    app.router.routes.insert(0, Route("/_bench/stats", stats))
+    server = graceful_server(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096)
+    server.run()  # uvicorn builds its loop (uvloop when installed), as `agentrt serve` does
 
 
 # -- client mode ------------------------------------------------------------------------------------------------
@@ -190,7 +247,74 @@ async def one_session(session: Any, url: str, index: int, tag: str) -> dict[str,
     return {"first_event": first_event, "first_text": first_text, "total": end}
 
 
-async def load(url: str, sessions: int, tag: str) -> tuple[float, list[dict[str, float]]]:
+class _SseProbe(asyncio.Protocol):
+    """One streamed request over a raw socket, timing its first event, first text delta and end.
+
+    The load generator shares the machine's cores with the server, so its own cost shows up in
+    the latencies it measures: this client does nothing but write one request and look for three
+    markers in the bytes that come back (about a tenth of aiohttp's CPU per request). Frames are
+    sent whole, so a marker is never split by the chunked encoding, only by a read boundary.
+    """
+
+    def __init__(self, request: bytes, start: float, done: asyncio.Future[dict[str, float]]) -> None:
+        self.request = request
+        self.start = start
+        self.done = done
+        self.seen = b""
+        self.times: dict[str, float] = {}
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter() - self.start
+        window = self.seen[-32:] + data
+        if not self.seen and not data.startswith(b"HTTP/1.1 200"):  # the first bytes: the status line
+            self._fail(RuntimeError(f"unexpected response: {data[:300]!r}"))
+            return
+        for marker, name in ((b"event: ", "first_event"), (b"event: text_delta", "first_text")):
+            if name not in self.times and marker in window:
+                self.times[name] = now
+        self.seen = window
+        if b"event: run_finished" in window:
+            self.times["total"] = now
+            if len(self.times) == 3 and not self.done.done():
+                self.done.set_result(self.times)
+            assert self.transport is not None
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or RuntimeError("connection closed before run_finished"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def one_raw_session(host: str, port: int, index: int, tag: str) -> dict[str, float]:
+    body = json.dumps({"input": f"question {index}", "stream": True}).encode()
+    request = (
+        f"POST /v1/agents/bench/sessions/{tag}-{index}/messages HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    loop = asyncio.get_running_loop()
+    start = time.perf_counter()
+    done: asyncio.Future[dict[str, float]] = loop.create_future()
+    await loop.create_connection(lambda: _SseProbe(request, start, done), host, port)
+    return await done
+
+
+async def load(url: str, sessions: int, tag: str, client: str = "raw") -> tuple[float, list[dict[str, float]]]:
+    if client == "raw":
+        host, _, port = url.removeprefix("http://").partition(":")
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one_raw_session(host, int(port), i, tag) for i in range(sessions)))
+        return time.perf_counter() - start, list(results)
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -213,7 +337,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run(
-    sessions: int, latency: float, rounds: int, profile: str | None = None, store: str = "memory"
+    sessions: int,
+    latency: float,
+    rounds: int,
+    profile: str | None = None,
+    store: str = "memory",
+    client: str = "raw",
 ) -> dict[str, Any]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -234,17 +363,18 @@ def run(
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the benchmark server did not start") from None
                 time.sleep(0.05)  # noqa: TID251 - outside any event loop
-        asyncio.run(load(url, min(100, sessions), "warmup"))
+        asyncio.run(load(url, min(100, sessions), "warmup", client))
         best: dict[str, Any] | None = None
         for n in range(rounds):
             start_stats = _get_json(url + "/_bench/stats" + ("?profile=start" if profile else ""))
             before = start_stats["cpu_s"]
             client_before = _own_cpu()
-            wall, results = asyncio.run(load(url, sessions, f"r{n}"))
+            wall, results = asyncio.run(load(url, sessions, f"r{n}", client))
             client_cpu = _own_cpu() - client_before
             after = _get_json(url + "/_bench/stats" + ("?profile=stop" if profile else ""))
             row = {
                 "store": store,
+                "client": client,
                 "sessions": sessions,
                 "model_latency_s": latency,
                 "wall_s": wall,
@@ -292,12 +422,15 @@ def table(*rows: dict[str, Any]) -> str:
 
 
 def matrix() -> list[tuple[int, str]]:
-    """The committed rows: 1,000 and 10,000 sessions in memory, 10,000 on SQLite and (if it answers) Redis."""
+    """The committed rows: both floors, memory and SQLite at 1,000 and 10,000 sessions, and Redis at 10,000."""
     import tempfile
 
     rows = [
+        (1000, "floor-asgi"),
         (1000, "floor"),
         (1000, "memory"),
+        (1000, f"sqlite:///{tempfile.mkdtemp()}/server-bench.db"),
+        (10_000, "floor-asgi"),
         (10_000, "floor"),
         (10_000, "memory"),
         (10_000, f"sqlite:///{tempfile.mkdtemp()}/server-bench.db"),
@@ -319,6 +452,12 @@ def main() -> None:
         help="'memory', a store URL, or 'floor' (bare Starlette answering with the same events, no agent)",
     )
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument(
+        "--client",
+        choices=("raw", "aiohttp"),
+        default="raw",
+        help="load generator: raw sockets (default; least CPU taken from the server's cores) or aiohttp",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="best round (by wall time) is reported")
     parser.add_argument(
         "--profile", action="store_true", help="profile the server (cProfile); print its top 25; write no results"
@@ -329,16 +468,17 @@ def main() -> None:
         serve(args.serve, args.latency, args.store)
         return
     if args.profile:
-        profile_server(args.sessions or 1000, args.latency, args.rounds)
+        profile_server(args.sessions or 1000, args.latency, args.rounds, args.client)
         return
     if args.sessions:
-        print(table(run(args.sessions, args.latency, args.rounds, store=args.store)))
+        print(table(run(args.sessions, args.latency, args.rounds, store=args.store, client=args.client)))
         return
     rows = []
     for sessions, store in matrix():
         print(f"== {sessions} sessions, store {store}")
         try:
-            rows.append(run(sessions, args.latency, args.rounds if sessions <= 1000 else 1, store=store))
+            rounds = args.rounds if sessions <= 1000 else 1
+            rows.append(run(sessions, args.latency, rounds, store=store, client=args.client))
         finally:
             if store.startswith("redis"):
                 _drop_redis_keys(store)
@@ -361,14 +501,14 @@ def main() -> None:
     print(f"\nwritten {out}")
 
 
-def profile_server(sessions: int, latency: float, rounds: int) -> None:
+def profile_server(sessions: int, latency: float, rounds: int, client: str = "raw") -> None:
     """Run the load against a profiled server; print the server's 25 costliest functions (own time)."""
     import pstats
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         path = str(Path(folder) / "server.prof")
-        row = run(sessions, latency, rounds, profile=path)
+        row = run(sessions, latency, rounds, profile=path, client=client)
         print()
         print(table(row))
         print("\nserver profile (cProfile adds overhead: compare shares, not absolute times)")
