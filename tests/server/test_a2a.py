@@ -301,6 +301,7 @@ async def test_an_unclear_answer_keeps_the_task_waiting_with_an_explanation() ->
     assert again.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     text = get_message_text(again.status.message)
     assert "plain message cannot be accepted" in text and "d1" in text
+    assert "Msg.confirm" not in text and "ConfirmResult" not in text, "told the A2A way"
 
 
 async def test_an_answer_in_a_new_task_of_the_same_context_resumes_the_session() -> None:

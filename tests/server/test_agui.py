@@ -323,6 +323,8 @@ async def test_a_plain_message_while_an_approval_waits_is_a_run_error_that_says_
     error = events[-1]
     assert isinstance(error, RunErrorEvent)
     assert "d1" in error.message and "approve or deny" in error.message
+    assert "Msg.confirm" not in error.message and "ConfirmResult" not in error.message, "told the AG-UI way"
+    assert "resum" in error.message and "confirm_results" in error.message
 
 
 async def test_bad_resume_payloads_and_resumes_with_nothing_pending_are_refused() -> None:

@@ -207,6 +207,31 @@ def http_message(text: str, *, agent: str | None = None, session_id: str | None 
     return _CONFIRM_METADATA.sub(f'approvals go to POST {route}/confirm with {{"results": [...]}}', text)
 
 
+def protocol_message(text: str, protocol: str) -> str:
+    """`text` with its Python-API hints told the way a client of `protocol` answers (``agui``, ``a2a``).
+
+    The native routes use `http_message`; the AG-UI and A2A facades take answers to waiting calls
+    in their own messages, so their clients are told those instead of ``Msg.confirm(...)``.
+    """
+    if protocol == "agui":
+        confirm = (
+            "by resuming the thread: a resume entry per call, or forwardedProps.confirm_results = "
+            '[{"tool_call_id": ..., "confirmed": true}] (false to deny)'
+        )
+        results = "by sending each call's result as a tool message in the next run of the thread"
+    elif protocol == "a2a":
+        confirm = (
+            'by replying with a data part {"confirm_results": [{"tool_call_id": ..., "confirmed": true}]} '
+            '(or the text "approve" / "deny")'
+        )
+        results = 'by replying with a data part {"tool_results": [{"tool_call_id": ..., "output": ...}]}'
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}")
+    text = _CONFIRM_HINT.sub(confirm, text)
+    text = _RESULTS_HINT.sub(results, text)
+    return _CONFIRM_METADATA.sub("approvals are a list of {tool_call_id, confirmed}", text)
+
+
 def error_for_exception(
     exc: BaseException, *, agent: str | None = None, session_id: str | None = None
 ) -> ApiError | None:

@@ -80,7 +80,7 @@ from agentrt.message import (
     VideoBlock,
 )
 from agentrt.server._auth import Scope
-from agentrt.server._errors import ApiError
+from agentrt.server._errors import ApiError, protocol_message
 from agentrt.server.context import ServerContext, pending_calls
 from agentrt.state.pending import CONFIRM, EXTERNAL, PendingCall
 
@@ -447,7 +447,7 @@ class AgentrtExecutor(AgentExecutor):
             pending = pending_calls(await self.agent.get_state(*ctx.key))
             await publisher.flush()
             if pending:
-                await updater.requires_input(_pending_message(updater, pending, note=str(exc)))
+                await updater.requires_input(_pending_message(updater, pending, note=protocol_message(str(exc), "a2a")))
             else:
                 await updater.failed(_error_message(updater, exc))
             return
@@ -549,7 +549,7 @@ def _media(part: Part) -> ContentBlock:
 
 
 def _error_message(updater: TaskUpdater, exc: BaseException) -> Message:
-    text = exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
+    text = exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {protocol_message(str(exc), 'a2a')}"
     return updater.new_agent_message([new_text_part(text)])
 
 

@@ -99,7 +99,7 @@ from agentrt.message import (
 )
 from agentrt.message import TokenUsage as AgentrtUsage
 from agentrt.server._auth import Scope
-from agentrt.server._errors import ApiError
+from agentrt.server._errors import ApiError, protocol_message
 from agentrt.server.context import ServerContext, citations_of, pending_calls
 from agentrt.state.base import AgentState
 from agentrt.state.pending import EXTERNAL
@@ -609,7 +609,7 @@ class EventTranslator:
             return []
         out = self._close_everything()
         self._done = True
-        message = str(exc) or type(exc).__name__
+        message = protocol_message(str(exc), "agui") or type(exc).__name__
         out.append(RunErrorEvent(message=message, code=type(exc).__name__, usage=self._usage_list()))
         return out
 
