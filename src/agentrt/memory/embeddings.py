@@ -181,6 +181,8 @@ class OpenAIEmbeddings:
                         raw=raw,
                         api_key=self.api_key,
                         key_env="OPENAI_API_KEY",
+                        url=url,
+                        base_url=self.base_url,
                     )
         except TimeoutError as exc:
             raise ModelTimeoutError(f"embeddings {self.model!r}: no answer from {url} in {self.timeout}s") from exc

@@ -115,3 +115,17 @@ def test_helpers() -> None:
     assert connection_cause(wrapped) == REFUSED
     assert connection_cause(OSError(101, "Network is unreachable")) == "network is unreachable"
     assert connection_cause(RuntimeError("weird")) == "weird (RuntimeError)"
+
+
+async def test_embeddings_404_names_the_url_and_suggests_v1(not_found: str) -> None:
+    from agentrt.memory.embeddings import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(base_url=not_found, api_key="k", max_retries=0)
+    try:
+        with pytest.raises(ModelAPIError) as caught:
+            await embeddings(["hello"])
+    finally:
+        await embeddings.aclose()
+    text = str(caught.value)
+    assert f"(POST {not_found}/embeddings)" in text
+    assert f"base_url='{not_found}/v1'" in text
