@@ -105,7 +105,7 @@ def seen(response: httpx.Response) -> tuple[Any, ...]:
 methods = st.sampled_from(["POST"] * 5 + ["GET", "DELETE", "PUT", "PATCH"])
 tails = st.sampled_from(
     ["/messages"] * 6
-    + ["", "/confirm", "/tool-results", "/interrupt", "/questions", "/answers", "/events", "/nope", "/messages/"]
+    + ["", "/", "/confirm", "/tool-results", "/interrupt", "/questions", "/answers", "/events", "/nope", "/messages/"]
 )
 agents = st.sampled_from(["bot"] * 5 + ["other", "ghost", "b%C3%B6t", "bot%2Fx"])
 sessions = st.sampled_from(["s1"] * 4 + ["s2", "..", "%2e%2e", "a b", "ü", "x" * 300, "s1%00"])

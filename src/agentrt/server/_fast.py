@@ -81,7 +81,7 @@ class AgentrtApp(Starlette):
         n = len(parts)
         if n == 6:
             tail = ""
-        elif n == 7:
+        elif n == 7 and parts[6]:  # a trailing slash is Starlette's (a redirect)
             tail = parts[6]
         else:
             return None
