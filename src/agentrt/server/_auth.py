@@ -322,9 +322,11 @@ class OpenAccessHeader:
     """ASGI middleware of a `DevAuth` app: only this machine's pages and programs, and it says so.
 
     Every HTTP response carries ``X-Agentrt-Auth: none`` (the web UI reads it on ``/healthz`` to
-    skip its API-key dialog). A request whose ``Host`` is not a loopback name (DNS rebinding: a web
-    page whose own name resolves to 127.0.0.1), or that a page of another site sends (its
-    ``Origin`` is not loopback), is refused with 403 before it reaches a route.
+    skip its API-key dialog). A request from another machine (the peer address is not loopback, in
+    case the app was bound to a public interface by other means than ``agentrt serve --dev``), whose
+    ``Host`` is not a loopback name (DNS rebinding: a web page whose own name resolves to
+    127.0.0.1), or that a page of another site sends (its ``Origin`` is not loopback), is refused
+    with 403 before it reaches a route.
     """
 
     def __init__(self, app: Any) -> None:
@@ -336,7 +338,10 @@ class OpenAccessHeader:
             return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", ())}
         host, origin = headers.get("host", ""), headers.get("origin")
-        if not is_loopback(_header_host(host)) or (origin is not None and not is_loopback(_header_host(origin))):
+        client = scope.get("client")  # None on a Unix socket: only this machine's programs reach it
+        remote = client is not None and not is_loopback(str(client[0]))
+        foreign_page = origin is not None and not is_loopback(_header_host(origin))
+        if remote or foreign_page or not is_loopback(_header_host(host)):
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return

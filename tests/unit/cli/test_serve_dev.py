@@ -224,6 +224,12 @@ async def test_dev_auth_app_lets_requests_in_and_says_so() -> None:
             refused = await client.post("/v1/agents/bot/sessions/s2/messages", json={"input": "x"}, headers=headers)
             assert refused.status_code == 403 and refused.json()["error"]["code"] == "dev_mode_not_local"
         assert [s["session_id"] for s in (await client.get("/v1/agents/bot/sessions")).json()["sessions"]] == ["s1"]
+    # A client on another machine is refused even when it names localhost in its Host header.
+    remote = httpx.ASGITransport(dev, client=("203.0.113.7", 5555))
+    async with httpx.AsyncClient(transport=remote, base_url="http://localhost:8000") as client:
+        refused = await client.post("/v1/agents/bot/sessions/s3/messages", json={"input": "x"})
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "dev_mode_not_local"
+    assert await agent.state_store.load("dev", "s3", agent="bot") is None, "nothing reached the agent"
     keyed = create_app(agent, api_keys={"sk-1": "alice"})
     async with httpx.AsyncClient(transport=httpx.ASGITransport(keyed), base_url="http://t") as client:
         assert (await client.get("/v1/agents")).status_code == 401
