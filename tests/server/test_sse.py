@@ -184,3 +184,26 @@ async def test_watcher_can_attach_to_a_running_stream(make_app: Any) -> None:
                 seen = await read_frames(watch.aiter_lines())
         assert seen[0]["event"] == "run_started"  # replayed from the start of the buffer
         assert seen[-1]["event"] == "run_finished"
+
+
+async def test_an_iterator_stream_ends_its_body_with_its_last_frames() -> None:
+    from agentrt.server._sse import EventStreamResponse, IteratorSource
+
+    async def items() -> AsyncIterator[bytes]:
+        for n in range(3):
+            yield f"data: {n}\n\n".encode()
+
+    messages: list[dict[str, Any]] = []
+    never: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def send(message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return await never
+
+    response = EventStreamResponse(IteratorSource(items(), lambda item: item))
+    await response({"type": "http"}, receive, send)  # type: ignore[arg-type]
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    assert b"".join(m["body"] for m in bodies) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert bodies[-1]["more_body"] is False and bodies[-1]["body"], "the last frames end the body"

@@ -83,7 +83,7 @@ class IteratorSource:
     `on_error` turns an exception of the iterator into a last frame.
     """
 
-    __slots__ = ("_encode", "_iterator", "_on_error", "_pump", "_queue", "_tail")
+    __slots__ = ("_encode", "_ended", "_iterator", "_on_error", "_pump", "_queue", "_tail")
 
     def __init__(
         self,
@@ -98,6 +98,8 @@ class IteratorSource:
         self._on_error = on_error
         self._tail = tail
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._ended = False
+        """The end marker is queued (it is the last item the pump puts)."""
         self._pump: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
@@ -118,6 +120,7 @@ class IteratorSource:
                 put(frame)
         finally:
             put(_END)
+            self._ended = True
             await aclose(self._iterator)
 
     async def next_frames(self, timeout: float) -> list[bytes] | None:
@@ -144,8 +147,8 @@ class IteratorSource:
 
     @property
     def exhausted(self) -> bool:
-        queue = self._queue
-        return queue.qsize() == 1 and queue._queue[0] is _END  # type: ignore[attr-defined]
+        # Only the end marker is left: it is the last item put, so one item left after it was put is it.
+        return self._ended and self._queue.qsize() == 1
 
     async def aclose(self) -> None:
         pump = self._pump
